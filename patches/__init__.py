@@ -1,0 +1,1 @@
+"""Width muP + depth-muP for megatron-core GPTModel (spec: docs/parametrization.md)."""

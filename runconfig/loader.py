@@ -1,0 +1,118 @@
+"""YAML configs with dotted ``key=value`` overrides, validated against a dataclass schema.
+
+Every entry point (``train_gpt.py``, ``python -m patches.show``, ``python -m data_prep``,
+``python -m launch``) loads its config through :func:`load_config`, so the rules are the
+same everywhere: the YAML file is merged onto the schema's defaults, then the overrides
+in command-line order; an unknown key, a value of the wrong type or a value the schema
+rejects raises :class:`ConfigError` naming the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence, TypeVar
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the file and key."""
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None)
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"key '{key}': {first}" if key else first
+
+
+def parse_overrides(overrides: Sequence[str]) -> DictConfig:
+    """Parse ``a.b=value`` strings (values in YAML syntax) into a config tree."""
+    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
+    if bad:
+        raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as exc:  # pragma: no cover - malformed YAML value
+        raise ConfigError(f"overrides: {_describe(exc)}") from exc
+
+
+def load_config(
+    schema: type[T],
+    path: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    extra: Iterable[dict] = (),
+) -> T:
+    """Build a validated ``schema`` instance from defaults <- file <- extra dicts <- overrides."""
+    base = OmegaConf.structured(schema)
+    layers: list[tuple[str, Any]] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        layers.append((str(path), data))
+    layers.extend(("overrides", d) for d in extra)
+    if overrides:
+        layers.append(("command-line overrides", parse_overrides(overrides)))
+    merged = base
+    for source, layer in layers:
+        try:
+            merged = OmegaConf.merge(merged, layer)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{source}: {_describe(exc)}") from exc
+    try:
+        return OmegaConf.to_object(merged)  # runs each dataclass's __post_init__ checks
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{path or 'config'}: {_describe(exc)}") from exc
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path or 'config'}: {exc}") from exc
+
+
+def to_dict(cfg: Any) -> dict:
+    """A plain, YAML-safe dict of a (nested) config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists are kept as values)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def dump_yaml(cfg: Any) -> str:
+    return yaml.safe_dump(to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg, sort_keys=False)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

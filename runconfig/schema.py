@@ -1,0 +1,252 @@
+"""The schema of a training-run config: one dataclass per YAML section.
+
+Key names here are a contract read by ``train_gpt.py``, ``patches.show``, the sweep tools
+and the analysis (docs/contracts.md). Each ``__post_init__`` rejects bad values with a
+message that starts with the dotted key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from patches.parametrization import Parametrization
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}: must be one of {list(choices)}, got {value!r}")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if value is None or value < low:
+        raise ValueError(f"{key}: must be >= {low}, got {value!r}")
+
+
+@dataclass
+class ModelConfig:
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    num_query_groups: Optional[int] = None  # GQA; None -> num_attention_heads
+    kv_channels: Optional[int] = None  # head dim; None -> hidden_size // num_attention_heads
+    ffn_hidden_size: Optional[int] = None  # None -> 4 * hidden_size
+    seq_length: int = 128
+    vocab_size: Optional[int] = None  # None -> from the tokenizer (required with mock data)
+    position_embedding_type: str = "learned_absolute"
+    normalization: str = "LayerNorm"
+    activation: str = "gelu"
+    add_bias_linear: bool = True
+    untie_embeddings_and_output_weights: bool = True
+    init_method_std: float = 0.02
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    layernorm_epsilon: float = 1e-5
+    block: str = "standard"  # standard | linear1 (TP-VI one-matrix MLP branch)
+    linear1_phi: str = "relu"  # relu | abs | gelu (linear1 only)
+    transformer_impl: str = "local"  # local | transformer_engine
+
+    def __post_init__(self) -> None:
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
+            _at_least(f"model.{key}", getattr(self, key), 1)
+        if self.hidden_size % self.num_attention_heads and self.kv_channels is None:
+            raise ValueError(
+                f"model.hidden_size: {self.hidden_size} is not divisible by "
+                f"model.num_attention_heads={self.num_attention_heads}; set model.kv_channels"
+            )
+        _choice("model.position_embedding_type", self.position_embedding_type, ("learned_absolute", "rope"))
+        _choice("model.normalization", self.normalization, ("LayerNorm", "RMSNorm"))
+        _choice("model.activation", self.activation, ("gelu", "relu", "swiglu"))
+        _choice("model.block", self.block, ("standard", "linear1"))
+        _choice("model.linear1_phi", self.linear1_phi, ("relu", "abs", "gelu"))
+        _choice("model.transformer_impl", self.transformer_impl, ("local", "transformer_engine"))
+        _at_least("model.init_method_std", self.init_method_std, 1e-12)
+        for key in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ValueError(f"model.{key}: must be in [0, 1), got {getattr(self, key)!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"  # adam (L2 weight decay) | adamw (decoupled) | sgd
+    lr: float = 1e-3  # eta: the base LR a sweep varies; each group gets eta * its factor
+    min_lr_ratio: float = 0.1  # each group decays to this fraction of its own peak LR
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    sgd_momentum: float = 0.9
+    clip_grad: float = 1.0  # global grad-norm clip; 0 disables
+
+    def __post_init__(self) -> None:
+        _choice("optimizer.name", self.name, ("adam", "adamw", "sgd"))
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"optimizer.lr: must be a positive finite number, got {self.lr!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"optimizer.min_lr_ratio: must be in [0, 1], got {self.min_lr_ratio!r}")
+        _at_least("optimizer.weight_decay", self.weight_decay, 0.0)
+        _at_least("optimizer.clip_grad", self.clip_grad, 0.0)
+        _at_least("optimizer.adam_eps", self.adam_eps, 0.0)
+
+    @property
+    def family(self) -> str:
+        """The LR-rule family of the spec: 'adam' for Adam/AdamW, 'sgd' for SGD."""
+        return "sgd" if self.name == "sgd" else "adam"
+
+
+@dataclass
+class SchedulerConfig:
+    decay_style: str = "cosine"  # constant | linear | cosine | wsd (warmup-stable-decay)
+    warmup_steps: int = 0
+    wsd_decay_steps: Optional[int] = None  # wsd: length of the final decay phase
+    wsd_decay_style: str = "linear"  # wsd: linear | cosine | exponential | minus_sqrt
+
+    def __post_init__(self) -> None:
+        _choice("scheduler.decay_style", self.decay_style, ("constant", "linear", "cosine", "wsd"))
+        _choice("scheduler.wsd_decay_style", self.wsd_decay_style, ("linear", "cosine", "exponential", "minus_sqrt"))
+        _at_least("scheduler.warmup_steps", self.warmup_steps, 0)
+        if self.decay_style == "wsd" and not self.wsd_decay_steps:
+            raise ValueError("scheduler.wsd_decay_steps: required (> 0) when scheduler.decay_style is 'wsd'")
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 100
+    micro_batch_size: int = 4
+    global_batch_size: int = 8
+    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
+    divergence_loss_bound: Optional[float] = None  # None -> ln(vocab_size) + 3
+    divergence_patience: int = 1  # consecutive steps above the bound that end the run
+
+    def __post_init__(self) -> None:
+        for key in ("steps", "micro_batch_size", "global_batch_size", "divergence_patience"):
+            _at_least(f"training.{key}", getattr(self, key), 1)
+        if self.global_batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"training.global_batch_size: {self.global_batch_size} is not a multiple of "
+                f"training.micro_batch_size={self.micro_batch_size}"
+            )
+        _choice("training.precision", self.precision, ("auto", "fp32", "bf16"))
+
+
+@dataclass
+class EvalConfig:
+    at: List[float] = field(default_factory=lambda: [0.5, 1.0])  # fractions of training.steps
+    interval: Optional[int] = None  # also evaluate every N steps
+    batches: int = 4  # fixed held-out batches (of training.global_batch_size sequences each)
+
+    def __post_init__(self) -> None:
+        for frac in self.at:
+            if not 0.0 < frac <= 1.0:
+                raise ValueError(f"eval.at: fractions must be in (0, 1], got {frac!r}")
+        if self.interval is not None:
+            _at_least("eval.interval", self.interval, 1)
+        _at_least("eval.batches", self.batches, 1)
+
+
+@dataclass
+class DataConfig:
+    mock: bool = False  # Megatron's MockGPTDataset (smoke runs; needs model.vocab_size)
+    manifest: Optional[str] = None  # data_prep output dir or its manifest.json
+    train_prefixes: List[str] = field(default_factory=list)
+    train_weights: Optional[List[float]] = None
+    valid_prefixes: List[str] = field(default_factory=list)
+    valid_weights: Optional[List[float]] = None
+    split: str = "98,2,0"  # used when no valid prefixes are given: split the train blend
+    tokenizer: Optional[str] = None  # SentencePiece .model or HF tokenizer.json
+    seed: int = 1234  # data order and eval batches; the same for every run of a sweep
+    cache_dir: Optional[str] = None  # GPTDataset index cache (default: <run.dir>/../.index_cache)
+
+    def __post_init__(self) -> None:
+        if self.train_weights is not None and len(self.train_weights) != len(self.train_prefixes):
+            raise ValueError("data.train_weights: needs one weight per entry of data.train_prefixes")
+        if self.valid_weights is not None and len(self.valid_weights) != len(self.valid_prefixes):
+            raise ValueError("data.valid_weights: needs one weight per entry of data.valid_prefixes")
+
+
+@dataclass
+class RunSection:
+    dir: str = "runs/default"
+    seed: int = 0  # initialization and dropout; data order is data.seed
+
+    def __post_init__(self) -> None:
+        if not self.dir:
+            raise ValueError("run.dir: must not be empty")
+
+
+@dataclass
+class CheckpointConfig:
+    interval: Optional[int] = None  # steps between periodic checkpoints; None -> final only
+    keep: int = 2  # most recent checkpoints kept
+    final: bool = True
+
+    def __post_init__(self) -> None:
+        if self.interval is not None:
+            _at_least("checkpoint.interval", self.interval, 1)
+        _at_least("checkpoint.keep", self.keep, 1)
+
+
+@dataclass
+class LoggingConfig:
+    interval: int = 10
+    progress_bar: bool = True
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _at_least("logging.interval", self.interval, 1)
+
+
+@dataclass
+class ParallelConfig:
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    sequence_parallel: bool = False
+    use_distributed_optimizer: bool = True  # GPU path only
+    device: str = "auto"  # auto | cpu | cuda
+    cpu_threads: Optional[int] = None  # torch.set_num_threads on the CPU path
+
+    def __post_init__(self) -> None:
+        _at_least("parallel.tensor_model_parallel_size", self.tensor_model_parallel_size, 1)
+        _at_least("parallel.pipeline_model_parallel_size", self.pipeline_model_parallel_size, 1)
+        _choice("parallel.device", self.device, ("auto", "cpu", "cuda"))
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parametrization: Parametrization = field(default_factory=Parametrization)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    run: RunSection = field(default_factory=RunSection)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    def __post_init__(self) -> None:
+        if self.scheduler.warmup_steps >= self.training.steps and self.scheduler.decay_style != "constant":
+            raise ValueError(
+                f"scheduler.warmup_steps: {self.scheduler.warmup_steps} must be < training.steps={self.training.steps}"
+            )
+        if self.scheduler.decay_style == "wsd" and self.scheduler.wsd_decay_steps > self.training.steps:
+            raise ValueError("scheduler.wsd_decay_steps: must be <= training.steps")
+        if self.model.block == "linear1" and self.model.activation == "swiglu":
+            raise ValueError("model.activation: swiglu does not apply to model.block=linear1 (use model.linear1_phi)")
+        if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
+            raise ValueError(
+                f"parallel.pipeline_model_parallel_size: {self.parallel.pipeline_model_parallel_size} "
+                f"does not divide model.num_layers={self.model.num_layers}"
+            )
+        if not self.data.mock and not (self.data.manifest or self.data.train_prefixes):
+            raise ValueError("data: give data.manifest, data.train_prefixes, or set data.mock=true")
+        if self.data.mock and self.model.vocab_size is None:
+            raise ValueError("model.vocab_size: required when data.mock is true")
