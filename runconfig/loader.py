@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from omegaconf import DictConfig, OmegaConf

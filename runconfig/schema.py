@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 from patches.parametrization import Parametrization
 
@@ -136,7 +136,7 @@ class TrainingConfig:
 
 @dataclass
 class EvalConfig:
-    at: List[float] = field(default_factory=lambda: [0.5, 1.0])  # fractions of training.steps
+    at: list[float] = field(default_factory=lambda: [0.5, 1.0])  # fractions of training.steps
     interval: Optional[int] = None  # also evaluate every N steps
     batches: int = 4  # fixed held-out batches (of training.global_batch_size sequences each)
 
@@ -153,10 +153,10 @@ class EvalConfig:
 class DataConfig:
     mock: bool = False  # Megatron's MockGPTDataset (smoke runs; needs model.vocab_size)
     manifest: Optional[str] = None  # data_prep output dir or its manifest.json
-    train_prefixes: List[str] = field(default_factory=list)
-    train_weights: Optional[List[float]] = None
-    valid_prefixes: List[str] = field(default_factory=list)
-    valid_weights: Optional[List[float]] = None
+    train_prefixes: list[str] = field(default_factory=list)
+    train_weights: Optional[list[float]] = None
+    valid_prefixes: list[str] = field(default_factory=list)
+    valid_weights: Optional[list[float]] = None
     split: str = "98,2,0"  # used when no valid prefixes are given: split the train blend
     tokenizer: Optional[str] = None  # SentencePiece .model or HF tokenizer.json
     seed: int = 1234  # data order and eval batches; the same for every run of a sweep
@@ -246,7 +246,10 @@ class RunConfig:
                 f"parallel.pipeline_model_parallel_size: {self.parallel.pipeline_model_parallel_size} "
                 f"does not divide model.num_layers={self.model.num_layers}"
             )
-        if not self.data.mock and not (self.data.manifest or self.data.train_prefixes):
-            raise ValueError("data: give data.manifest, data.train_prefixes, or set data.mock=true")
         if self.data.mock and self.model.vocab_size is None:
             raise ValueError("model.vocab_size: required when data.mock is true")
+
+    def check_data_source(self) -> None:
+        """Training needs data; showing the table or a coordinate check does not."""
+        if not self.data.mock and not (self.data.manifest or self.data.train_prefixes):
+            raise ValueError("data: give data.manifest, data.train_prefixes, or set data.mock=true")

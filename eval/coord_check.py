@@ -1,0 +1,243 @@
+"""Coordinate check across depth (and width): does the residual stream stay O(1)?
+
+For each depth (and width), build the patched model from a run config, record the RMS of
+every layer's output (the residual stream) on a fixed batch at initialization, take K
+optimizer steps on random tokens with the run's real parameter groups and constant LR,
+and record after each step the RMS of the stream and the RMS of its change from
+initialization. Under a correct depth parametrization both stay flat as depth grows;
+under SP, Megatron's ``1/sqrt(2L)`` output init keeps the stream flat at init but the
+change after a few Adam steps grows with depth. The slope of log2(metric) against
+log2(depth) summarizes it; the CLI exits non-zero when a slope exceeds a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from runconfig import ConfigError, atomic_write_text, load_config
+from runconfig.schema import RunConfig
+
+
+@dataclasses.dataclass
+class CoordRecord:
+    num_layers: int
+    hidden_size: int
+    step: int
+    layer_rms: list[float]  # RMS of each layer's output on the fixed batch
+    layer_delta_rms: list[float]  # RMS of (output - output at init)
+
+    @property
+    def last_rms(self) -> float:
+        return self.layer_rms[-1]
+
+    @property
+    def last_delta_rms(self) -> float:
+        return self.layer_delta_rms[-1]
+
+
+def _with(cfg: RunConfig, num_layers: int, hidden_size: int | None) -> RunConfig:
+    model = dataclasses.replace(cfg.model, num_layers=num_layers)
+    if hidden_size is not None:
+        model = dataclasses.replace(model, hidden_size=hidden_size, ffn_hidden_size=None)
+    return dataclasses.replace(cfg, model=model)
+
+
+def _layer_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    outputs: list[torch.Tensor] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, _a, out: outputs.append(out[0].detach().float()))
+        for m in model.modules()
+        if isinstance(m, TransformerLayer)
+    ]
+    try:
+        positions = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
+        model(tokens, positions, None)
+    finally:
+        for h in hooks:
+            h.remove()
+    return outputs
+
+
+def _rms(t: torch.Tensor) -> float:
+    return float(t.pow(2).mean().sqrt())
+
+
+def measure(
+    cfg: RunConfig,
+    num_layers: int,
+    hidden_size: int | None = None,
+    steps: int = 5,
+    batch_size: int = 8,
+    seed: int = 0,
+    lr: float | None = None,
+) -> list[CoordRecord]:
+    """Records at step 0..steps for one shape (needs an initialized megatron parallel state)."""
+    from training.model import build_model, resolve
+    from training.optim import CpuOptimizer
+
+    run = _with(cfg, num_layers, hidden_size)
+    if lr is not None:
+        run = dataclasses.replace(run, optimizer=dataclasses.replace(run.optimizer, lr=lr))
+    vocab = run.model.vocab_size or 256
+    seq = run.model.seq_length
+    data_gen = torch.Generator().manual_seed(10_000 + seed)  # same tokens for every shape
+    fixed = torch.randint(0, vocab, (batch_size, seq), generator=data_gen)
+    torch.manual_seed(seed)
+    resolved = resolve(run)
+    model = build_model(run, vocab, resolved=resolved)
+    optimizer = CpuOptimizer(run, [model], resolved)
+    for group in optimizer.param_groups:  # constant LR: each group's peak LR, no schedule
+        group["lr"] = group["max_lr"]
+        group["weight_decay"] = run.optimizer.weight_decay * group.get("wd_mult", 1.0)
+
+    def snapshot(step: int, init: list[torch.Tensor] | None) -> tuple[CoordRecord, list[torch.Tensor]]:
+        model.eval()
+        with torch.no_grad():
+            outs = _layer_outputs(model, fixed)
+        model.train()
+        base = init if init is not None else outs
+        rec = CoordRecord(
+            num_layers,
+            run.model.hidden_size,
+            step,
+            [_rms(o) for o in outs],
+            [_rms(o - b) for o, b in zip(outs, base)],
+        )
+        return rec, outs
+
+    record, init_outputs = snapshot(0, None)
+    records = [record]
+    positions = torch.arange(seq).unsqueeze(0).expand(batch_size, seq)
+    for step in range(1, steps + 1):
+        tokens = torch.randint(0, vocab, (batch_size, seq + 1), generator=data_gen)
+        loss = model(tokens[:, :-1], positions, None, labels=tokens[:, 1:]).float().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        records.append(snapshot(step, init_outputs)[0])
+    return records
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log2(y) against log2(x)."""
+    lx, ly = np.log2(np.asarray(xs, float)), np.log2(np.maximum(np.asarray(ys, float), 1e-30))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def run_check(
+    cfg: RunConfig, depths: list[int], widths: list[int] | None, steps: int, seed: int = 0, progress: bool = True
+) -> dict[str, Any]:
+    """All shapes in a one-process group; returns records and depth slopes per width."""
+    from tqdm import tqdm
+
+    from training.distributed import single_process
+
+    shapes = [(d, w) for w in (widths or [None]) for d in depths]
+    results: dict[str, Any] = {"depths": depths, "widths": widths, "steps": steps, "shapes": [], "slopes": {}}
+    with single_process():
+        for depth, width in tqdm(shapes, desc="coord-check", disable=not progress):
+            recs = measure(cfg, depth, width, steps=steps, seed=seed)
+            results["shapes"].append(
+                {
+                    "num_layers": depth,
+                    "hidden_size": recs[0].hidden_size,
+                    "records": [dataclasses.asdict(r) for r in recs],
+                }
+            )
+    for width in widths or [None]:
+        rows = [s for s in results["shapes"] if width is None or s["hidden_size"] == width]
+        key = str(rows[0]["hidden_size"])
+        ds = [s["num_layers"] for s in rows]
+        results["slopes"][key] = {
+            "init_rms": slope(ds, [s["records"][0]["layer_rms"][-1] for s in rows]),
+            "final_rms": slope(ds, [s["records"][-1]["layer_rms"][-1] for s in rows]),
+            "delta_rms": slope(ds, [s["records"][-1]["layer_delta_rms"][-1] for s in rows]),
+        }
+    return results
+
+
+def plot(results: dict[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = (
+        ("layer_rms", 0, "RMS of last residual stream at init"),
+        ("layer_rms", -1, "RMS of last residual stream after training"),
+        ("layer_delta_rms", -1, "RMS of change from init"),
+    )
+    for ax, (metric, step, label) in zip(axes, panels):
+        for width_key in results["slopes"]:
+            rows = [s for s in results["shapes"] if str(s["hidden_size"]) == width_key]
+            ds = [s["num_layers"] for s in rows]
+            ys = [s["records"][step][metric][-1] for s in rows]
+            ax.plot(ds, ys, marker="o", label=f"width {width_key}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("depth L (layers)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="run config YAML (model, parametrization, optimizer)")
+    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--widths", type=int, nargs="*", default=None, help="hidden sizes (default: the config's)")
+    parser.add_argument("--steps", type=int, default=5, help="optimizer steps K")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="directory for coord_check.json and coord_check.png")
+    parser.add_argument(
+        "--max-slope",
+        type=float,
+        default=0.25,
+        help="fail (exit 1) when |slope of log2 RMS vs log2 depth| exceeds this for any metric",
+    )
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(RunConfig, args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
+    worst = max(abs(v) for s in results["slopes"].values() for v in s.values())
+    results["max_slope"] = args.max_slope
+    results["passed"] = bool(worst <= args.max_slope)
+    for width, s in results["slopes"].items():
+        print(
+            f"width {width}: slope vs depth  init {s['init_rms']:+.3f}  after {args.steps} steps "
+            f"{s['final_rms']:+.3f}  change {s['delta_rms']:+.3f}"
+        )
+    if args.out:
+        out = Path(args.out)
+        atomic_write_text(out / "coord_check.json", json.dumps(results, indent=1))
+        plot(results, out / "coord_check.png", f"coordinate check: {cfg.parametrization.preset}")
+        print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
+    print(("PASS" if results["passed"] else "FAIL") + f": max |slope| {worst:.3f} (threshold {args.max_slope})")
+    return 0 if results["passed"] else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    p = argparse.ArgumentParser(prog="python -m eval.coord_check")
+    add_arguments(p)
+    sys.exit(main(p.parse_args()))

@@ -1,0 +1,75 @@
+"""Process-group and model-parallel set-up shared by the training paths and the tools.
+
+Under ``torchrun`` / SLURM / the DeepSpeed launcher the usual ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` variables are read. A plain single
+process (the CPU demo, ``patches.show``, tests) gets an in-memory store: no port needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: str  # cpu | cuda
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
+    """Initialize torch.distributed (NCCL on GPU, gloo on CPU) and megatron's parallel state."""
+    rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
+    local_rank = env_int("LOCAL_RANK", 0)
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            dist.init_process_group(backend, rank=rank, world_size=world)
+    if world % (tp * pp):
+        raise ValueError(
+            f"parallel: world size {world} is not divisible by tensor ({tp}) x pipeline ({pp}) parallel sizes"
+        )
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    return DistInfo(rank, world, local_rank, backend, device)
+
+
+def shutdown() -> None:
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def single_process(tp: int = 1, pp: int = 1) -> Iterator[DistInfo]:
+    """A one-process gloo group with megatron parallel state, torn down on exit."""
+    owned = not dist.is_initialized()
+    info = init_distributed("cpu", tp, pp)
+    try:
+        yield info
+    finally:
+        if owned:
+            shutdown()

@@ -1,0 +1,148 @@
+"""Model provider: a run config -> a (patched) megatron-core GPTModel.
+
+This is the toolkit's equivalent of Megatron-LM's ``model_provider`` and shows the three
+patch calls a Megatron user adds to their own: ``configure_transformer_config`` before
+building, ``patch_layer_spec`` on the layer spec, ``attach`` after building.
+``patched=False`` builds the same model with none of them (the reference in tests and
+benchmarks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+import patches
+from patches.rules import ModelShape, ResolvedParametrization
+from runconfig.schema import RunConfig
+from training.attention import SDPAttention
+
+ACTIVATIONS = {
+    "gelu": (torch.nn.functional.gelu, False),
+    "relu": (torch.nn.functional.relu, False),
+    "swiglu": (torch.nn.functional.silu, True),
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model runs; decides fusions and init placement."""
+
+    device: str = "cpu"  # cpu | cuda
+    bf16: bool = False
+    initialize: bool = True  # False: skip weight init (meta-device tables, loading a checkpoint)
+
+
+def model_shape(cfg: RunConfig) -> ModelShape:
+    m = cfg.model
+    return ModelShape(m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_channels)
+
+
+def resolve(cfg: RunConfig) -> ResolvedParametrization:
+    """The resolved parametrization of a run config."""
+    return patches.resolve(
+        cfg.parametrization,
+        model_shape(cfg),
+        optimizer=cfg.optimizer.name,
+        init_method_std=cfg.model.init_method_std,
+        adam_eps=cfg.optimizer.adam_eps,
+    )
+
+
+def transformer_config(cfg: RunConfig, placement: Placement = Placement()) -> TransformerConfig:
+    """megatron TransformerConfig from the ``model`` and ``parallel`` sections (unpatched)."""
+    m, par = cfg.model, cfg.parallel
+    activation, gated = ACTIVATIONS[m.activation]
+    on_gpu = placement.device == "cuda"
+    dtype = torch.bfloat16 if placement.bf16 else torch.float32
+    return TransformerConfig(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
+        kv_channels=m.kv_channels,
+        ffn_hidden_size=m.ffn_hidden_size,
+        init_method_std=m.init_method_std,
+        hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout,
+        layernorm_epsilon=m.layernorm_epsilon,
+        normalization=m.normalization,
+        add_bias_linear=m.add_bias_linear,
+        activation_func=activation,
+        gated_linear_unit=gated,
+        tensor_model_parallel_size=par.tensor_model_parallel_size,
+        pipeline_model_parallel_size=par.pipeline_model_parallel_size,
+        sequence_parallel=par.sequence_parallel and par.tensor_model_parallel_size > 1,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=placement.bf16,
+        use_cpu_initialization=not on_gpu,
+        perform_initialization=placement.initialize,
+        # Fusions compile with torch.compile: on for GPU, off on CPU where they only cost time.
+        bias_activation_fusion=on_gpu and m.activation in ("gelu", "swiglu") and m.add_bias_linear,
+        bias_dropout_fusion=on_gpu,
+        masked_softmax_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        attention_softmax_in_fp32=True,
+    )
+
+
+def base_layer_spec(cfg: RunConfig) -> ModuleSpec:
+    """The unpatched layer spec: local modules with SDPA attention, or Transformer Engine."""
+    m = cfg.model
+    if m.transformer_impl == "transformer_engine":
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+        return get_gpt_layer_with_transformer_engine_spec()
+    spec = get_gpt_layer_local_spec(normalization=m.normalization)
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    return spec
+
+
+def build_model(
+    cfg: RunConfig,
+    vocab_size: int,
+    placement: Placement = Placement(),
+    patched: bool = True,
+    resolved: Optional[ResolvedParametrization] = None,
+) -> GPTModel:
+    """Build this rank's pipeline stage of the GPT model (parallel_state must be initialized)."""
+    config = transformer_config(cfg, placement)
+    spec = base_layer_spec(cfg)
+    if patched:
+        resolved = resolved or resolve(cfg)
+        patches.configure_transformer_config(config, resolved)
+        spec = patches.patch_layer_spec(spec, resolved, block=cfg.model.block, linear1_phi=cfg.model.linear1_phi)
+    elif cfg.model.block != "standard":
+        raise ValueError("model.block=linear1 exists only in the patched model")
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=vocab_size,
+        max_sequence_length=cfg.model.seq_length,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=not cfg.model.untie_embeddings_and_output_weights,
+        position_embedding_type=cfg.model.position_embedding_type,
+        parallel_output=True,
+    )
+    if patched:
+        patches.attach(model, resolved)
+    if placement.device == "cuda":
+        model.cuda(torch.cuda.current_device())
+    return model
+
+
+def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
+    """Megatron-LM's rule: pad the vocab to a multiple of 128 * TP for efficient GEMMs."""
+    multiple = divisible_by * tp
+    return int(math.ceil(vocab_size / multiple) * multiple)
