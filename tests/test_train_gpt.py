@@ -1,0 +1,204 @@
+"""train_gpt.py end to end on CPU: contract files, resume, preemption, divergence, errors, TP/DP."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY
+
+BASE = [
+    "training.steps=20",
+    "checkpoint.interval=5",
+    "logging.interval=1",
+    "scheduler.warmup_steps=3",
+    "logging.progress_bar=false",
+]
+
+
+def env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def train(run_dir: Path, *overrides: str, torchrun: int = 0, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *BASE, *overrides]
+    if torchrun:
+        cmd[1:2] = [
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(torchrun),
+            "--master-port",
+            str(29600 + os.getpid() % 300),
+            "train_gpt.py",
+        ]
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
+    if check:
+        assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def rows(run_dir: Path, kind: str = "train") -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """An uninterrupted 20-step run (the yardstick for resume tests)."""
+    run = tmp_path_factory.mktemp("ref") / "run"
+    train(run)
+    return run
+
+
+def test_run_directory_contract(reference):
+    s = summary(reference)
+    assert s["status"] == "completed" and s["exit_code"] == 0 and s["steps"] == 20
+    assert s["tokens"] == 20 * 8 * 64
+    assert [e["step"] for e in s["evals"]] == [10, 20] and [e["fraction"] for e in s["evals"]] == [0.5, 1.0]
+    assert s["final_val_loss"] == s["evals"][-1]["val_loss"] < s["evals"][0]["val_loss"]
+    for key in ("preset", "num_layers", "hidden_size", "lr", "block_multiplier", "seed", "wall_time_s"):
+        assert key in s
+    train_rows = rows(reference)
+    assert [r["step"] for r in train_rows] == list(range(1, 21))
+    first = train_rows[0]
+    assert set(first) >= {"step", "tokens", "loss", "grad_norm", "lr", "tokens_per_s", "step_time_s"}
+    table = json.loads((reference / "parametrization.json").read_text())
+    assert table["preset"] == "depth_mup" and table["depth_ratio"] == 2.0
+    assert (reference / "config.yaml").is_file()
+    assert (reference / "checkpoints" / "latest").read_text().strip() == "step_00000020"
+
+
+def test_logged_group_lrs_follow_the_table(reference):
+    # depth_mup, L=4, L0=2: in-block groups run at 2^-1/2 of eta; warmup 3 steps then cosine to 0.1 eta.
+    row = rows(reference)[3]  # step 4 uses the scheduler value after 3 increments: the peak
+    lr = row["lr"]
+    assert lr["embedding+output"] == pytest.approx(0.003)
+    assert lr["hidden_in+hidden_out"] == pytest.approx(0.003 * 2**-0.5)
+    assert lr["block_vector"] == pytest.approx(0.003 * 2**-0.5)
+
+
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *BASE]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = run / "checkpoints" / "latest"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if latest.is_file() and latest.read_text().strip() == "step_00000010":
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (run / "summary.json").exists()
+    train(run)
+    got, want = rows(run), rows(reference)
+    assert [r["step"] for r in got] == list(range(1, 21))  # no duplicate or missing steps
+    for g, w in zip(got, want):
+        assert (g["loss"], g["grad_norm"], g["lr"]) == (w["loss"], w["grad_norm"], w["lr"]), g["step"]
+    assert [e["val_loss"] for e in summary(run)["evals"]] == [e["val_loss"] for e in summary(reference)["evals"]]
+
+
+def test_sigterm_preempts_with_checkpoint_and_resumes(reference, tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *BASE, "checkpoint.interval=100"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 4:
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 75, err[-3000:]
+    s = summary(run)
+    assert s["status"] == "failed" and s["reason"].startswith("preempted") and s["exit_code"] == 75
+    stopped = s["steps"]
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{stopped:08d}"
+    train(run, "checkpoint.interval=100")
+    got, want = rows(run), rows(reference)
+    assert [r["loss"] for r in got] == [r["loss"] for r in want]
+    assert summary(run)["status"] == "completed"
+
+
+def test_resume_refuses_a_different_parametrization(tmp_path):
+    run = tmp_path / "run"
+    train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
+    out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0")
+    assert out.returncode == 0 and "already completed" in out.stdout
+    (run / "summary.json").unlink()  # as if the run had been preempted after its last checkpoint
+    out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0", check=False)
+    assert out.returncode == 2
+    assert "parametrization differs" in out.stderr and "branch_multiplier" in out.stderr
+
+
+def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
+    run = tmp_path / "run"
+    out = train(run, "optimizer.lr=1000", "parametrization.preset=sp", "optimizer.clip_grad=0", check=False)
+    assert out.returncode == 3, out.stderr[-2000:]
+    s = summary(run)
+    assert s["status"] == "diverged" and s["exit_code"] == 3 and s["final_val_loss"] is None
+    assert "above bound" in s["reason"] or "nan" in s["reason"] or "inf" in s["reason"]
+    assert s["steps"] < 20
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("model.num_layerz=3", "model.num_layerz"),
+        ("optimizer.lr=fast", "optimizer.lr"),
+        ("parametrization.preset=deep", "parametrization.preset"),
+        ("optimizer.name=lion", "optimizer.name"),
+        ("eval.at=[0.0,1.0]", "eval.at"),
+        ("training.global_batch_size=7", "training.global_batch_size"),
+        ("data.mock=false", "data"),
+    ],
+)
+def test_invalid_config_names_the_key(tmp_path, override, needle):
+    out = train(tmp_path / "run", override, check=False)
+    assert out.returncode == 2
+    assert needle in out.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_locked_run_directory_exits_4(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out = train(run, check=False)
+    assert out.returncode == 4 and "in use" in out.stderr
+
+
+def test_deepspeed_local_rank_argument_is_accepted():
+    sys.path.insert(0, str(REPO))
+    from train_gpt import parse_args
+
+    assert parse_args(["--config", "x.yaml", "--local_rank=3", "a.b=1"]).local_rank == 3
+    assert parse_args(["--config", "x.yaml", "--local-rank", "2"]).local_rank == 2
+
+
+@pytest.mark.parametrize("parallel", [["parallel.tensor_model_parallel_size=2"], []], ids=["tp2", "dp2"])
+def test_two_processes_match_one(reference, tmp_path, parallel):
+    run = tmp_path / "run"
+    train(run, *parallel, torchrun=2)
+    got, want = rows(run), rows(reference)
+    assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in want], rel=2e-5)
+    assert [r["grad_norm"] for r in got] == pytest.approx([r["grad_norm"] for r in want], rel=2e-4)
+    assert [e["val_loss"] for e in summary(run)["evals"]] == pytest.approx(
+        [e["val_loss"] for e in summary(reference)["evals"]], rel=2e-5
+    )

@@ -1,0 +1,240 @@
+"""The two execution paths behind one contract.
+
+``train_step(micro_batches) -> StepResult`` (loss = token mean over the global batch, the
+grad norm, whether the update was applied), ``evaluate(micro_batches) -> float``,
+``param_groups``, ``save_state(dir)`` / ``load_state(dir, common)``.
+
+* :class:`GpuBackend`: NCCL, megatron ``DistributedDataParallel``, ``get_megatron_optimizer``
+  with the parametrization's overrides (bf16, distributed optimizer), megatron's
+  forward/backward schedules (TP / PP / DP) and ``finalize_model_grads``, checkpoints via
+  ``dist_checkpointing``.
+* :class:`CpuBackend`: gloo, torch ``DistributedDataParallel`` over megatron's data-parallel
+  group when DP > 1, the same megatron param groups on a torch optimizer
+  (:class:`training.optim.CpuOptimizer`), plain micro-batch accumulation. Pipeline
+  parallelism and sequence parallelism need the GPU path.
+
+Both reduce the loss the same way: the (sum of token losses, token count) pair is summed
+over the whole world, so tensor-parallel duplicates and non-final pipeline stages (zeros)
+cancel in the ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+from patches.rules import ResolvedParametrization
+from runconfig.schema import RunConfig
+from training.optim import CpuOptimizer
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float
+    grad_norm: float
+    applied: bool
+
+
+def _world_mean(loss_sum: torch.Tensor, tokens: torch.Tensor) -> float:
+    stats = torch.stack([loss_sum.detach().double(), tokens.detach().double()])
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(stats)
+    return float(stats[0] / stats[1]) if stats[1] > 0 else float("nan")
+
+
+def _layout() -> dict[str, int]:
+    return {
+        "tp": parallel_state.get_tensor_model_parallel_world_size(),
+        "pp": parallel_state.get_pipeline_model_parallel_world_size(),
+        "dp": parallel_state.get_data_parallel_world_size(),
+    }
+
+
+class CpuBackend:
+    """gloo + torch optimizer over megatron param groups (see module docstring)."""
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization) -> None:
+        if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+            raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
+        if model.config.sequence_parallel:
+            raise ValueError("parallel.sequence_parallel: needs the GPU path")
+        self.model = model
+        self.optimizer = CpuOptimizer(cfg, [model], resolved)
+        dp_group = parallel_state.get_data_parallel_group()
+        self.ddp = (
+            torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group)
+            if parallel_state.get_data_parallel_world_size() > 1
+            else None
+        )
+        self.layout = _layout()
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def _forward(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        module = self.ddp if self.ddp is not None else self.model
+        return module(mb["tokens"], mb["position_ids"], None, labels=mb["labels"]).float()
+
+    def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> StepResult:
+        self.model.train()
+        self.optimizer.zero_grad()
+        total = sum(mb["loss_mask"].sum() for mb in micro_batches)
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        last = len(micro_batches) - 1
+        for i, mb in enumerate(micro_batches):
+            sync = contextlib.nullcontext() if self.ddp is None or i == last else self.ddp.no_sync()
+            with sync:
+                token_loss = (self._forward(mb) * mb["loss_mask"]).sum()
+                (token_loss / total).backward()
+            loss_sum += token_loss.detach().double()
+        loss = _world_mean(loss_sum, torch.as_tensor(total))
+        if not torch.isfinite(torch.tensor(loss)):
+            self.optimizer.zero_grad()
+            return StepResult(loss, float("nan"), False)
+        applied, norm = self.optimizer.step()
+        return StepResult(loss, norm, applied)
+
+    @torch.no_grad()
+    def evaluate(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        tokens = torch.zeros((), dtype=torch.float64)
+        for mb in micro_batches:
+            loss_sum += (self._forward(mb) * mb["loss_mask"]).sum().double()
+            tokens += mb["loss_mask"].sum().double()
+        self.model.train()
+        return _world_mean(loss_sum, tokens)
+
+    def _file(self, directory: Path) -> Path:
+        tp = parallel_state.get_tensor_model_parallel_rank()
+        pp = parallel_state.get_pipeline_model_parallel_rank()
+        return directory / f"model_tp{tp}_pp{pp}.pt"
+
+    def save_state(self, directory: Path) -> None:
+        if parallel_state.get_data_parallel_rank() == 0:
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            torch.save(state, self._file(directory))
+
+    def load_state(self, directory: Path, common: dict[str, Any]) -> None:
+        saved = common.get("layout")
+        if saved != self.layout:
+            raise ValueError(
+                f"checkpoint {directory} was written with parallel layout {saved}; this CPU run uses "
+                f"{self.layout} (resharding needs the GPU path's dist_checkpointing)"
+            )
+        state = torch.load(self._file(directory), weights_only=False)
+        self.model.load_state_dict(state["model"], strict=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class GpuBackend:
+    """NCCL + megatron DDP / optimizer / schedules (see module docstring)."""
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization, bf16: bool) -> None:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+        from megatron.core.optimizer import get_megatron_optimizer
+        from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+        from megatron.core.transformer.module import Float16Module
+
+        import patches
+        from training.optim import megatron_optimizer_config, overrides
+
+        config = model.config
+        distributed = cfg.parallel.use_distributed_optimizer
+        if bf16:
+            model = Float16Module(config, model)
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=False,
+            use_distributed_optimizer=distributed,
+            check_for_nan_in_grad=False,
+        )
+        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+        self.optimizer = get_megatron_optimizer(
+            megatron_optimizer_config(cfg, bf16=bf16, distributed=distributed),
+            [self.model],
+            config_overrides=overrides(cfg, resolved),
+        )
+        patches.check_distinct_groups(self.optimizer.param_groups)
+        config.no_sync_func = self.model.no_sync
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+        self.config = config
+        self.forward_backward = get_forward_backward_func()
+        self.seq_length = cfg.model.seq_length
+        self.micro_batch_size = cfg.training.micro_batch_size
+        self.layout = _layout()
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def _run(self, micro_batches: list[dict[str, torch.Tensor]], forward_only: bool) -> float:
+        stats = torch.zeros(2, dtype=torch.float64, device="cuda")
+
+        def forward_step(data_iterator, model):
+            mb = {k: v.cuda(non_blocking=True) for k, v in next(data_iterator).items()}
+            output = model(mb["tokens"], mb["position_ids"], None, labels=mb["labels"])
+
+            def loss_func(output_tensor: torch.Tensor):
+                mask = mb["loss_mask"].view(-1).float()
+                token_loss = (output_tensor.float().view(-1) * mask).sum()
+                stats[0] += token_loss.detach().double()
+                stats[1] += mask.sum().double()
+                return token_loss, mask.sum().to(torch.int), {"lm loss": token_loss.detach()}
+
+            return output, loss_func
+
+        self.forward_backward(
+            forward_step_func=forward_step,
+            data_iterator=iter(micro_batches),
+            model=[self.model],
+            num_microbatches=len(micro_batches),
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            decoder_seq_length=self.seq_length,
+            forward_only=forward_only,
+        )
+        dist.all_reduce(stats)
+        return float(stats[0] / stats[1]) if stats[1] > 0 else float("nan")
+
+    def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> StepResult:
+        self.model.train()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        loss = self._run(micro_batches, forward_only=False)
+        applied, grad_norm, _ = self.optimizer.step()
+        return StepResult(loss, float(grad_norm) if grad_norm is not None else float("nan"), bool(applied))
+
+    @torch.no_grad()
+    def evaluate(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
+        self.model.eval()
+        loss = self._run(micro_batches, forward_only=True)
+        self.model.train()
+        return loss
+
+    def _sharded_state(self) -> dict[str, Any]:
+        model_sd = self.model.module.sharded_state_dict()  # DDP has none; Float16Module/GPTModel do
+        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd)}
+
+    def save_state(self, directory: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        (directory / "dist").mkdir(exist_ok=True)
+        dist.barrier()
+        dist_checkpointing.save(self._sharded_state(), str(directory / "dist"))
+
+    def load_state(self, directory: Path, common: dict[str, Any]) -> None:
+        from megatron.core import dist_checkpointing
+
+        state = dist_checkpointing.load(self._sharded_state(), str(directory / "dist"))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
