@@ -17,13 +17,17 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from runconfig import ConfigError, atomic_write_text, load_config
 from runconfig.schema import RunConfig
+
+if TYPE_CHECKING:
+    import torch
+
+HELP = "activation / update RMS against depth (and width) after K steps; exits 1 when a slope exceeds a bound"
 
 
 @dataclasses.dataclass
@@ -51,6 +55,7 @@ def _with(cfg: RunConfig, num_layers: int, hidden_size: int | None) -> RunConfig
 
 
 def _layer_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
     outputs: list[torch.Tensor] = []
@@ -82,6 +87,8 @@ def measure(
     lr: float | None = None,
 ) -> list[CoordRecord]:
     """Records at step 0..steps for one shape (needs an initialized megatron parallel state)."""
+    import torch
+
     from training.model import build_model, resolve
     from training.optim import CpuOptimizer
 
@@ -166,30 +173,75 @@ def run_check(
     return results
 
 
+def _log_span(ax, values: list[float], min_ratio: float = 16.0) -> None:
+    """Give a log axis at least ``min_ratio`` of range so flat data looks flat."""
+    lo, hi = min(values), max(values)
+    mid = (lo * hi) ** 0.5
+    half = max((hi / lo) ** 0.5, min_ratio**0.5) * 1.15
+    ax.set_ylim(mid / half, mid * half)
+
+
 def plot(results: dict[str, Any], path: Path, title: str) -> None:
+    """Per width: stream RMS vs depth (a line per step), change vs depth, per-layer profile."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogFormatterSciNotation
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    panels = (
-        ("layer_rms", 0, "RMS of last residual stream at init"),
-        ("layer_rms", -1, "RMS of last residual stream after training"),
-        ("layer_delta_rms", -1, "RMS of change from init"),
-    )
-    for ax, (metric, step, label) in zip(axes, panels):
-        for width_key in results["slopes"]:
-            rows = [s for s in results["shapes"] if str(s["hidden_size"]) == width_key]
-            ds = [s["num_layers"] for s in rows]
-            ys = [s["records"][step][metric][-1] for s in rows]
-            ax.plot(ds, ys, marker="o", label=f"width {width_key}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("depth L (layers)")
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    widths = list(results["slopes"])
+    steps = results["steps"]
+    fig, axes = plt.subplots(len(widths), 3, figsize=(14, 4.2 * len(widths)), squeeze=False)
+    step_colors = plt.cm.viridis([i / max(steps, 1) for i in range(steps + 1)])
+    for row, width_key in zip(axes, widths):
+        shapes = [s for s in results["shapes"] if str(s["hidden_size"]) == width_key]
+        depths = [s["num_layers"] for s in shapes]
+        slopes = results["slopes"][width_key]
+        depth_colors = plt.cm.plasma([i / max(len(shapes) - 1, 1) * 0.85 for i in range(len(shapes))])
+        for t in range(steps + 1):
+            row[0].plot(
+                depths,
+                [s["records"][t]["layer_rms"][-1] for s in shapes],
+                marker="o",
+                ms=3,
+                color=step_colors[t],
+                label=f"step {t}",
+            )
+            if t:
+                row[1].plot(
+                    depths,
+                    [s["records"][t]["layer_delta_rms"][-1] for s in shapes],
+                    marker="o",
+                    ms=3,
+                    color=step_colors[t],
+                    label=f"step {t}",
+                )
+        for shape, color in zip(shapes, depth_colors):
+            deltas = shape["records"][-1]["layer_delta_rms"]
+            rel = [(i + 1) / len(deltas) for i in range(len(deltas))]
+            row[2].plot(rel, deltas, color=color, label=f"L={shape['num_layers']}")
+        row[0].set_title(
+            f"last residual stream RMS (slope {slopes['init_rms']:+.2f} at init, "
+            f"{slopes['final_rms']:+.2f} at step {steps})",
+            fontsize=9,
+        )
+        row[1].set_title(f"RMS of change from init (slope {slopes['delta_rms']:+.2f} at step {steps})", fontsize=9)
+        row[2].set_title(f"change from init per layer at step {steps}", fontsize=9)
+        for ax in row[:2]:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(depths, [str(d) for d in depths])
+            ax.set_xlabel("depth L (layers)")
+        row[2].set_xlabel("layer index / L")
+        for ax in row:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(LogFormatterSciNotation())
+            ax.grid(alpha=0.3, which="both")
+            ax.set_ylabel(f"RMS (width {width_key})")
+            vals = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
+            if vals:
+                _log_span(ax, vals)
+        row[0].legend(fontsize=7, ncol=2)
+        row[2].legend(fontsize=7, ncol=2)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,7 +265,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(RunConfig, args.config, args.overrides)
     except ConfigError as exc:
@@ -240,4 +292,4 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":  # pragma: no cover
     p = argparse.ArgumentParser(prog="python -m eval.coord_check")
     add_arguments(p)
-    sys.exit(main(p.parse_args()))
+    sys.exit(run(p.parse_args()))

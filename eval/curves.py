@@ -1,0 +1,222 @@
+"""Loss-vs-LR curves: the sweep's rows collapsed to seed losses per (family, fraction, depth, LR).
+
+A *family* is a set of runs that differ only in depth, learning rate and seed (same preset,
+width, block multiplier and every other swept key), so that "does the optimal LR move with
+depth?" is a question about one family. Each run contributes at most one point per eval
+fraction, classified as usable (a finite held-out loss), diverged or missing; pending runs
+are left out and counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from eval.results import FRACTION_ATOL, SweepResults
+
+BASE_FAMILY_COLUMNS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
+RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "preset",
+    "depth",
+    "lr",
+    "seed",
+    "block_multiplier",
+    "base_depth",
+    "hidden_size",
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Runs compared across depth. ``keys`` holds every family column; ``shown`` those that vary in the sweep."""
+
+    preset: str
+    keys: tuple[tuple[str, str], ...]
+    shown: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        extras = [f"{name}={value}" for name, value in self.keys if name in self.shown and name != "preset"]
+        return self.preset + (f" ({', '.join(extras)})" if extras else "")
+
+    def key_dict(self) -> dict[str, str]:
+        return dict(self.keys)
+
+    def value(self, name: str) -> str:
+        return self.key_dict()[name]
+
+
+@dataclass
+class DepthCurve:
+    """One depth's loss against log2 LR at one eval fraction, seeds kept apart.
+
+    ``log2_lr`` lists every LR tried at this depth (pending runs excluded), ascending;
+    ``seed_losses[i]`` holds the usable per-seed losses at ``log2_lr[i]`` (possibly empty);
+    ``n_diverged[i]`` / ``n_missing[i]`` count the seeds left out there and why.
+    """
+
+    depth: int
+    log2_lr: np.ndarray
+    seed_losses: list[np.ndarray]
+    n_diverged: np.ndarray
+    n_missing: np.ndarray
+    diverged_run_ids: list[str] = field(default_factory=list)
+    missing_run_ids: list[str] = field(default_factory=list)
+    nonfinite_run_ids: list[str] = field(default_factory=list)  # not diverged by status, but a nan/inf loss
+
+    @property
+    def n_seeds(self) -> np.ndarray:
+        return np.array([len(v) for v in self.seed_losses], dtype=int)
+
+    @property
+    def mean_loss(self) -> np.ndarray:
+        """Seed-mean loss per LR; NaN where no seed is usable."""
+        return np.array([v.mean() if len(v) else math.nan for v in self.seed_losses])
+
+    @property
+    def std_loss(self) -> np.ndarray:
+        """Seed std (ddof=1) per LR; NaN with fewer than two usable seeds."""
+        return np.array([v.std(ddof=1) if len(v) > 1 else math.nan for v in self.seed_losses])
+
+    @property
+    def usable(self) -> np.ndarray:
+        return self.n_seeds > 0
+
+
+@dataclass
+class CurveSet:
+    """All curves of the sweep at the analysed fractions, plus the bookkeeping the warnings need."""
+
+    families: list[Family]
+    fractions: list[float]
+    curves: dict[tuple[Family, float], list[DepthCurve]]
+    base_depths_recorded: dict[Family, list[int]]
+    n_pending_runs: int
+    n_runs: int
+    pending_run_ids: list[str]
+
+
+def family_columns(sweep: SweepResults) -> list[str]:
+    return [*BASE_FAMILY_COLUMNS, *sweep.extra_keys]
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return repr(value)
+    return str(value)
+
+
+def build_families(runs: pd.DataFrame, columns: list[str]) -> dict[tuple, Family]:
+    """Map each distinct tuple of family-column values to a :class:`Family`."""
+    varying = tuple(c for c in columns if runs[c].nunique(dropna=False) > 1)
+    out: dict[tuple, Family] = {}
+    for values, _ in runs.groupby(columns, sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        keys = tuple((c, _format_value(v)) for c, v in zip(columns, values))
+        out[values] = Family(preset=str(values[0]), keys=keys, shown=varying)
+    return out
+
+
+def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_before_divergence: bool = False) -> CurveSet:
+    """Collapse the rows into :class:`DepthCurve` objects, one per family x fraction x depth."""
+    rows = sweep.rows
+    columns = family_columns(sweep)
+    runs = rows.drop_duplicates("run_id").set_index("run_id", drop=False)
+    pending = runs[runs["status"] == "pending"]
+    active = runs[runs["status"] != "pending"]
+    families = build_families(runs, columns)
+    curves: dict[tuple[Family, float], list[DepthCurve]] = {}
+    base_depths: dict[Family, list[int]] = {}
+    at_fraction = {fraction: _rows_at_fraction(rows, fraction) for fraction in fractions}
+    for values, fam_runs in active.groupby(columns, sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        family = families[values]
+        base_depths[family] = sorted(int(v) for v in fam_runs["base_depth"].unique())
+        for fraction in fractions:
+            curves[(family, fraction)] = [
+                _depth_curve(int(depth), depth_runs, at_fraction[fraction], use_evals_before_divergence)
+                for depth, depth_runs in fam_runs.groupby("depth", sort=True)
+            ]
+    # Families whose runs are all pending still get an (empty) entry so they are reported.
+    ordered = [families[k] for k in sorted(families, key=lambda k: tuple(map(str, k)))]
+    for family in ordered:
+        base_depths.setdefault(family, [])
+        for fraction in fractions:
+            curves.setdefault((family, fraction), [])
+    return CurveSet(
+        families=ordered,
+        fractions=list(fractions),
+        curves=curves,
+        base_depths_recorded=base_depths,
+        n_pending_runs=len(pending),
+        n_runs=len(runs),
+        pending_run_ids=pending["run_id"].tolist(),
+    )
+
+
+def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
+    """One row per run at ``fraction``: the one with a finite loss first when a run has duplicates."""
+    sub = rows[np.isclose(rows["fraction"], fraction, rtol=0.0, atol=FRACTION_ATOL)]
+    sub = sub.assign(_has_loss=sub["val_loss"].notna()).sort_values(["run_id", "_has_loss"], ascending=[True, False])
+    return sub.drop_duplicates("run_id").set_index("run_id")
+
+
+def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame, keep_pre_div: bool) -> DepthCurve:
+    log2_lrs: list[float] = []
+    losses: list[np.ndarray] = []
+    n_div: list[int] = []
+    n_miss: list[int] = []
+    diverged_ids: list[str] = []
+    missing_ids: list[str] = []
+    nonfinite_ids: list[str] = []
+    for lr, lr_runs in depth_runs.groupby("lr", sort=True):
+        usable: list[float] = []
+        div = miss = 0
+        for run_id, run in lr_runs.iterrows():
+            kind, loss = _classify(run["status"], at_fraction, run_id, keep_pre_div)
+            if kind == "usable":
+                usable.append(loss)
+            elif kind in ("diverged", "nonfinite"):
+                div += 1
+                diverged_ids.append(str(run_id))
+                if kind == "nonfinite":
+                    nonfinite_ids.append(str(run_id))
+            else:
+                miss += 1
+                missing_ids.append(str(run_id))
+        log2_lrs.append(math.log2(float(lr)))
+        losses.append(np.array(usable, dtype=float))
+        n_div.append(div)
+        n_miss.append(miss)
+    return DepthCurve(
+        depth=depth,
+        log2_lr=np.array(log2_lrs),
+        seed_losses=losses,
+        n_diverged=np.array(n_div, dtype=int),
+        n_missing=np.array(n_miss, dtype=int),
+        diverged_run_ids=diverged_ids,
+        missing_run_ids=missing_ids,
+        nonfinite_run_ids=nonfinite_ids,
+    )
+
+
+def _classify(status: str, at_fraction: pd.DataFrame, run_id: str, keep_pre_div: bool) -> tuple[str, float]:
+    """``usable`` (with its loss), ``diverged``, ``nonfinite`` (a nan/inf loss from a run not marked diverged,
+    treated as diverged) or ``missing`` for one run at one fraction."""
+    if run_id not in at_fraction.index:
+        return ("diverged", math.nan) if status == "diverged" else ("missing", math.nan)
+    row = at_fraction.loc[run_id]
+    loss = float(row["val_loss"])
+    if status == "diverged" and not keep_pre_div:
+        return "diverged", math.nan
+    if math.isfinite(loss):
+        return "usable", loss
+    if status == "diverged":
+        return "diverged", math.nan
+    if bool(row["val_loss_recorded"]):
+        return "nonfinite", math.nan
+    return "missing", math.nan

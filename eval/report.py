@@ -1,0 +1,463 @@
+"""The machine- and human-readable outputs of the transfer analysis: JSON, CSV, Markdown and HTML.
+
+Markdown and HTML are rendered from one list of blocks so the two reports cannot disagree;
+the HTML embeds its figures as base64 PNG so it is a single self-contained file.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.optimum import Optimum
+from eval.outputs import atomic_write_text, write_json
+from eval.transfer import DepthResult, FractionResult, TransferAnalysis, fraction_label
+
+MAX_REASONS_SHOWN = 50
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _pow2(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else 2.0**x
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def optimum_dict(opt: Optimum, ci: tuple[float, float] | None) -> dict[str, Any]:
+    fit = opt.fit
+    return {
+        "log2_lr": _num(opt.log2_lr),
+        "lr": _pow2(opt.log2_lr),
+        "loss": _num(opt.loss),
+        "method": opt.method,
+        "edge": opt.edge,
+        "edge_reason": opt.edge_reason,
+        "fallback": opt.fallback,
+        "note": opt.note,
+        "ci_log2_lr": list(ci) if ci else None,
+        "fit": None
+        if fit is None
+        else {"a": fit.a, "b": fit.b, "c": fit.c, "x0": fit.x0, "lo": fit.lo, "hi": fit.hi, "n_points": fit.n_points},
+    }
+
+
+def depth_dict(d: DepthResult) -> dict[str, Any]:
+    c = d.curve
+    g_x, g_loss, g_std, g_n = d.best_grid
+    smin, smax = d.seed_counts
+    return {
+        "depth": d.depth,
+        "is_base": d.is_base,
+        "n_lr_tried": d.n_lr_tried,
+        "n_lr_usable": d.n_lr_usable,
+        "n_lr_diverged": d.n_lr_diverged,
+        "seeds_min": smin,
+        "seeds_max": smax,
+        "optimum": optimum_dict(d.optimum, d.opt_ci),
+        "best_grid": {"log2_lr": _num(g_x), "lr": _pow2(g_x), "loss": _num(g_loss), "std": _num(g_std), "n_seeds": g_n},
+        "regret": {
+            "value": _num(d.regret),
+            "status": d.regret_status,
+            "method": d.regret_method,
+            "loss_at_base_lr": _num(d.loss_at_base_lr),
+            "note": d.regret_note,
+        },
+        "curve": [
+            {
+                "log2_lr": float(c.log2_lr[i]),
+                "lr": 2.0 ** float(c.log2_lr[i]),
+                "mean_loss": _num(float(c.mean_loss[i])),
+                "std_loss": _num(float(c.std_loss[i])),
+                "n_seeds": int(c.n_seeds[i]),
+                "n_diverged": int(c.n_diverged[i]),
+                "n_missing": int(c.n_missing[i]),
+            }
+            for i in range(c.log2_lr.size)
+        ],
+        "diverged_run_ids": c.diverged_run_ids,
+        "missing_run_ids": c.missing_run_ids,
+    }
+
+
+def result_dict(r: FractionResult) -> dict[str, Any]:
+    s = r.slope
+    return {
+        "family": r.family.label,
+        "preset": r.family.preset,
+        "keys": r.family.key_dict(),
+        "fraction": r.fraction,
+        "fraction_label": fraction_label(r.fraction),
+        "base_depth": r.base_depth,
+        "base_source": r.base_source,
+        "slope": {
+            "value": _num(s.slope),
+            "intercept": _num(s.intercept),
+            "stderr": _num(s.stderr),
+            "n_depths": s.n_depths,
+            "ci_low": _num(s.ci_low),
+            "ci_high": _num(s.ci_high),
+            "ci_contains_zero": (s.ci_low <= 0.0 <= s.ci_high) if s.ci_available else None,
+            "ci_note": s.ci_note,
+            "note": s.note,
+        },
+        "drift_log2_lr": _num(r.drift),
+        "drift_ci": list(r.drift_ci) if r.drift_ci else None,
+        "max_regret": _num(r.max_regret),
+        "bootstrap_samples": r.n_boot,
+        "depths": [depth_dict(d) for d in r.depths],
+    }
+
+
+def analysis_dict(analysis: TransferAnalysis, figures: list[str]) -> dict[str, Any]:
+    cs = analysis.curveset
+    return {
+        "tool": "python -m eval transfer",
+        "source": analysis.source,
+        "settings": analysis.settings,
+        "fractions": analysis.fractions,
+        "counts": {"runs": cs.n_runs, "pending_runs": cs.n_pending_runs},
+        "families": [{"label": f.label, "preset": f.preset, "keys": f.key_dict()} for f in analysis.families],
+        "results": [result_dict(r) for r in analysis.results],
+        "warnings": [{"where": n.where, "message": n.message} for n in analysis.notes],
+        "divergence_reasons": analysis.divergence_reasons,
+        "figures": figures,
+    }
+
+
+def write_transfer_json(path: Path, analysis: TransferAnalysis, figures: list[str]) -> None:
+    write_json(path, analysis_dict(analysis, figures))
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def csv_rows(analysis: TransferAnalysis) -> tuple[list[str], list[dict[str, Any]]]:
+    """One row per family x fraction x depth; family-level numbers repeated on each row for easy filtering."""
+    key_names = sorted({k for f in analysis.families for k, _ in f.keys if k != "preset"})
+    header = [
+        "family", "preset", *key_names, "fraction", "depth", "is_base", "base_depth",
+        "n_lr_tried", "n_lr_usable", "n_lr_diverged", "seeds_min", "seeds_max",
+        "opt_log2_lr", "opt_lr", "opt_loss", "opt_method", "opt_edge", "opt_edge_reason", "opt_ci_low", "opt_ci_high",
+        "best_grid_log2_lr", "best_grid_loss", "best_grid_loss_std", "best_grid_seeds",
+        "loss_at_base_lr", "regret", "regret_status", "regret_method",
+        "slope", "slope_ci_low", "slope_ci_high", "drift_log2_lr", "opt_note",
+    ]  # fmt: skip
+    rows = []
+    for r in analysis.results:
+        for d in r.depths:
+            g_x, g_loss, g_std, g_n = d.best_grid
+            smin, smax = d.seed_counts
+            keys = r.family.key_dict()
+            rows.append(
+                {
+                    "family": r.family.label,
+                    "preset": r.family.preset,
+                    **{k: keys.get(k, "") for k in key_names},
+                    "fraction": r.fraction,
+                    "depth": d.depth,
+                    "is_base": d.is_base,
+                    "base_depth": r.base_depth,
+                    "n_lr_tried": d.n_lr_tried,
+                    "n_lr_usable": d.n_lr_usable,
+                    "n_lr_diverged": d.n_lr_diverged,
+                    "seeds_min": smin,
+                    "seeds_max": smax,
+                    "opt_log2_lr": d.optimum.log2_lr,
+                    "opt_lr": d.optimum.lr,
+                    "opt_loss": d.optimum.loss,
+                    "opt_method": d.optimum.method,
+                    "opt_edge": d.optimum.edge,
+                    "opt_edge_reason": d.optimum.edge_reason,
+                    "opt_ci_low": d.opt_ci[0] if d.opt_ci else None,
+                    "opt_ci_high": d.opt_ci[1] if d.opt_ci else None,
+                    "best_grid_log2_lr": g_x,
+                    "best_grid_loss": g_loss,
+                    "best_grid_loss_std": g_std,
+                    "best_grid_seeds": g_n,
+                    "loss_at_base_lr": d.loss_at_base_lr,
+                    "regret": d.regret,
+                    "regret_status": d.regret_status,
+                    "regret_method": d.regret_method,
+                    "slope": r.slope.slope,
+                    "slope_ci_low": r.slope.ci_low,
+                    "slope_ci_high": r.slope.ci_high,
+                    "drift_log2_lr": r.drift,
+                    "opt_note": d.optimum.note,
+                }
+            )
+    return header, rows
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else repr(value)
+    return str(value)
+
+
+def write_transfer_csv(path: Path, analysis: TransferAnalysis) -> None:
+    header, rows = csv_rows(analysis)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([_csv_cell(row[h]) for h in header])
+    atomic_write_text(path, buf.getvalue())
+
+
+# ---------------------------------------------------------------- Markdown / HTML
+
+
+@dataclass
+class Block:
+    """One element of the report: ``h1``/``h2``/``h3``/``p`` (text), ``list`` (items), ``table`` (header, rows), ``img`` (file)."""
+
+    kind: str
+    text: str = ""
+    items: list[str] | None = None
+    header: list[str] | None = None
+    rows: list[list[str]] | None = None
+
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def _slope_text(r: FractionResult) -> str:
+    s = r.slope
+    if not s.available:
+        return "n/a"
+    ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)"
+    return f"{s.slope:+.3f}{ci}"
+
+
+def _flags(d: DepthResult) -> str:
+    o = d.optimum
+    flags = []
+    if o.edge:
+        flags.append(f"edge-{o.edge} ({o.edge_reason})")
+    if o.fallback and o.fallback != "edge":
+        flags.append(o.fallback.replace("_", " "))
+    if not o.found:
+        flags.append("no usable point")
+    if d.n_lr_diverged:
+        flags.append(f"{d.n_lr_diverged} LR diverged")
+    return ", ".join(flags) or "—"
+
+
+def _regret_text(d: DepthResult) -> str:
+    if d.regret_status == "ok":
+        return f"{d.regret:.4f} ({d.regret_method})"
+    return d.regret_status.replace("_", " ")
+
+
+def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> list[Block]:
+    """The report's content. ``figures`` holds (PNG file name relative to the report, caption)."""
+    st = analysis.settings
+    cs = analysis.curveset
+    blocks = [
+        Block("h1", "Learning-rate transfer across depth"),
+        Block(
+            "p",
+            f"Source: `{analysis.source}` — {cs.n_runs} runs ({cs.n_pending_runs} pending, ignored); "
+            f"fractions: {', '.join(fraction_label(f) for f in analysis.fractions)}; quadratic fit window ±{st['fit_window']} "
+            f"usable LR point(s); {st['bootstrap_samples']} seed-bootstrap samples (RNG seed {st['bootstrap_seed']}, "
+            f"{st['ci_level']:g}% percentile CI); diverged runs "
+            + (
+                "contribute evals reached before diverging."
+                if st["use_evals_before_divergence"]
+                else "are excluded from fits."
+            ),
+        ),
+        Block("h2", "Summary"),
+        Block(
+            "p",
+            "Slope: least-squares slope of optimal log2 LR against log2 depth (0 = the optimum does not move). "
+            "Drift: max − min of optimal log2 LR across depths. Max regret: the worst loss increase from using the "
+            "base depth's optimal LR at another depth instead of that depth's own optimum.",
+        ),
+        Block(
+            "table",
+            header=[
+                "family",
+                "fraction",
+                "base L",
+                "depths with optimum",
+                "slope [95% CI]",
+                "CI contains 0",
+                "drift (log2 LR) [95% CI]",
+                "max regret",
+            ],  # fmt: skip
+            rows=[
+                [
+                    r.family.label,
+                    fraction_label(r.fraction),
+                    str(r.base_depth) if r.base_depth is not None else "—",
+                    f"{r.slope.n_depths} of {len(r.depths)}",
+                    _slope_text(r),
+                    ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
+                    _f(r.drift) + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else ""),
+                    _f(r.max_regret, ".4f"),
+                ]
+                for r in analysis.results
+            ],
+        ),
+    ]
+    if figures:
+        blocks.append(Block("h2", "Figures"))
+        for name, caption in figures:
+            blocks += [Block("img", text=name, items=[caption]), Block("p", caption)]
+    blocks.append(Block("h2", "Per-depth optima and regrets"))
+    for r in analysis.results:
+        blocks.append(
+            Block("h3", f"{r.family.label} — {fraction_label(r.fraction)} (base L={r.base_depth}, {r.base_source})")
+        )
+        blocks.append(
+            Block(
+                "table",
+                header=[
+                    "L",
+                    "LRs usable/tried",
+                    "seeds",
+                    "best grid lr (log2)",
+                    "loss ± std",
+                    "optimal lr (log2) [95% CI]",
+                    "optimal lr",
+                    "method",
+                    "flags",
+                    "loss at base lr",
+                    "regret",
+                ],  # fmt: skip
+                rows=[_depth_row(d) for d in r.depths],
+            )
+        )
+    blocks.append(Block("h2", f"Warnings ({len(analysis.notes)})"))
+    blocks.append(Block("list", items=[str(n) for n in analysis.notes] or ["none"]))
+    if analysis.divergence_reasons:
+        reasons = sorted(analysis.divergence_reasons.items())
+        items = [f"{rid}: {why}" for rid, why in reasons[:MAX_REASONS_SHOWN]]
+        if len(reasons) > MAX_REASONS_SHOWN:
+            items.append(f"... {len(reasons) - MAX_REASONS_SHOWN} more in transfer.json")
+        blocks += [Block("h2", "Diverged runs (summary.json reasons)"), Block("list", items=items)]
+    blocks += [
+        Block("h2", "How to read this"),
+        Block(
+            "list",
+            items=[
+                "Loss-vs-LR panels: one curve per depth (darker = shallower); ★ marks a quadratic-fit optimum, ◆ a "
+                "best-grid-point fallback, a hollow ◆ an optimum on the edge of the usable LRs (only a bound); × at the "
+                "top marks LRs where every seed diverged (excluded from fits). Curves that share their minimum's x "
+                "position across depth mean the LR transfers.",
+                "Optimal-LR-vs-depth: a flat line (slope ≈ 0, CI containing 0) means transfer; a negative slope means "
+                "deeper models want smaller LRs. Error bars and the slope CI cover seed noise only, not grid resolution.",
+                "Regret: loss at depth L when reusing the base depth's optimal LR, minus the best loss at L (the fitted "
+                "minimum when the quadratic is accepted, else the best grid mean).",
+            ],
+        ),
+    ]
+    return blocks
+
+
+def _depth_row(d: DepthResult) -> list[str]:
+    g_x, g_loss, g_std, g_n = d.best_grid
+    smin, smax = d.seed_counts
+    o = d.optimum
+    ci = f" [{d.opt_ci[0]:.2f}, {d.opt_ci[1]:.2f}]" if d.opt_ci else ""
+    return [
+        str(d.depth) + (" (base)" if d.is_base else ""),
+        f"{d.n_lr_usable}/{d.n_lr_tried}",
+        str(smin) if smin == smax else f"{smin}–{smax}",
+        _f(g_x, ".2f"),
+        f"{_f(g_loss, '.4f')} ± {_f(g_std, '.4f')} (n={g_n})",
+        _f(o.log2_lr, ".3f") + ci,
+        _f(o.lr, ".4g"),
+        o.method,
+        _flags(d),
+        _f(d.loss_at_base_lr, ".4f"),
+        _regret_text(d),
+    ]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if b.kind in ("h1", "h2", "h3"):
+            out.append("#" * int(b.kind[1]) + " " + b.text)
+        elif b.kind == "p":
+            out.append(b.text)
+        elif b.kind == "list":
+            out.append("\n".join(f"- {item}" for item in b.items or []))
+        elif b.kind == "table":
+            lines = ["| " + " | ".join(_md_cell(h) for h in b.header or []) + " |"]
+            lines.append("|" + "---|" * len(b.header or []))
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows or []]
+            out.append("\n".join(lines))
+        elif b.kind == "img":
+            out.append(f"![{(b.items or [''])[0]}]({b.text})")
+    return "\n\n".join(out) + "\n"
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f2f2f2; }
+img { max-width: 100%; border: 1px solid #eee; }
+code { background: #f6f6f6; padding: 0 0.2em; }
+li { margin: 0.2em 0; }
+"""
+
+
+def _inline(text: str) -> str:
+    """HTML-escape and turn `code` spans into <code>."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def render_html(blocks: list[Block], base_dir: Path, title: str = "LR transfer across depth") -> str:
+    """Self-contained HTML: images are read from ``base_dir`` and embedded as base64 PNG."""
+    body: list[str] = []
+    for b in blocks:
+        if b.kind in ("h1", "h2", "h3"):
+            body.append(f"<{b.kind}>{_inline(b.text)}</{b.kind}>")
+        elif b.kind == "p":
+            body.append(f"<p>{_inline(b.text)}</p>")
+        elif b.kind == "list":
+            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items or []) + "</ul>")
+        elif b.kind == "table":
+            head = "".join(f"<th>{_inline(h)}</th>" for h in b.header or [])
+            rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in b.rows or [])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif b.kind == "img":
+            path = base_dir / b.text
+            alt = html.escape((b.items or [""])[0], quote=True)
+            if path.is_file():
+                data = base64.b64encode(path.read_bytes()).decode("ascii")
+                body.append(f'<img src="data:image/png;base64,{data}" alt="{alt}">')
+            else:
+                body.append(f"<p>(figure {html.escape(b.text)} missing)</p>")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def write_reports(out_dir: Path, analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> None:
+    blocks = build_blocks(analysis, figures)
+    atomic_write_text(out_dir / "report.md", render_markdown(blocks))
+    atomic_write_text(out_dir / "report.html", render_html(blocks, out_dir))

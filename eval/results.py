@@ -1,0 +1,235 @@
+"""Read and validate a sweep's ``results.csv`` (docs/contracts.md, "Sweep directory").
+
+Every analysis reads the sweep through :func:`read_results`, so bad input is rejected once,
+with a message that names the file, the line and the column, instead of surfacing later
+as a ``KeyError`` or a silently wrong plot.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS_FILE = "results.csv"
+
+# Contract column -> the short name the analysis uses.
+CANONICAL_COLUMNS: dict[str, str] = {
+    "parametrization.preset": "preset",
+    "model.num_layers": "depth",
+    "optimizer.lr": "lr",
+    "run.seed": "seed",
+    "parametrization.block_multiplier": "block_multiplier",
+    "parametrization.base_num_layers": "base_depth",
+    "model.hidden_size": "hidden_size",
+}
+TAIL_COLUMNS: tuple[str, ...] = ("status", "step", "fraction", "val_loss")
+STATUSES: tuple[str, ...] = ("completed", "diverged", "failed", "pending")
+FRACTION_ATOL = 1e-6  # fractions are floats written with repr; match them with this tolerance
+
+
+class ResultsError(ValueError):
+    """``results.csv`` is missing, empty or malformed; the message names file, line and column."""
+
+
+@dataclass
+class SweepResults:
+    """The validated rows of one ``results.csv``.
+
+    ``rows`` has one row per CSV data row with typed columns: ``run_id``, the short canonical
+    names (``preset``, ``depth``, ``lr``, ``seed``, ``block_multiplier``, ``base_depth``,
+    ``hidden_size``), every extra swept key under its dotted name (kept as text), ``status``,
+    ``step`` (float, NaN when empty), ``fraction``, ``val_loss`` (float, NaN when empty or
+    non-finite text such as ``nan``), ``val_loss_recorded`` (the cell was not empty) and
+    ``line`` (the 1-based line number in the file, header = line 1).
+    """
+
+    path: Path
+    rows: pd.DataFrame
+    extra_keys: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.path.parent
+
+    def recorded_fractions(self) -> list[float]:
+        """Distinct eval fractions in the file, ascending (near-equal floats merged)."""
+        out: list[float] = []
+        for value in sorted(self.rows["fraction"].unique()):
+            if not out or abs(value - out[-1]) > FRACTION_ATOL:
+                out.append(float(value))
+        return out
+
+
+def _parse_float(text: str, where: str, *, allow_empty: bool) -> float:
+    if text == "":
+        if allow_empty:
+            return math.nan
+        raise ResultsError(f"{where}: empty, a number is required")
+    try:
+        return float(text)
+    except ValueError:
+        raise ResultsError(f"{where}: {text!r} is not a number") from None
+
+
+def _parse_int(text: str, where: str, *, allow_empty: bool = False, minimum: int | None = None) -> float:
+    value = _parse_float(text, where, allow_empty=allow_empty)
+    if math.isnan(value) and allow_empty and text == "":
+        return value
+    if not math.isfinite(value) or value != int(value):
+        raise ResultsError(f"{where}: {text!r} is not an integer")
+    if minimum is not None and value < minimum:
+        raise ResultsError(f"{where}: {text!r} must be >= {minimum}")
+    return int(value)
+
+
+def read_results(path: str | Path) -> SweepResults:
+    """Parse and validate ``path`` (a ``results.csv`` or the sweep directory holding one)."""
+    path = Path(path)
+    if path.is_dir() or path.suffix != ".csv":
+        if not path.is_dir():
+            raise ResultsError(f"{path / RESULTS_FILE}: file not found (no sweep directory {path})")
+        path = path / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path}: file not found (run `python -m launch status SWEEP_DIR` to write it)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from exc
+    if not text.strip():
+        raise ResultsError(f"{path}: file is empty (expected a header line and one row per run and eval point)")
+    try:
+        records = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise ResultsError(f"{path}: not valid CSV: {exc}") from exc
+    header = [h.strip() for h in records[0]]
+    warnings: list[str] = []
+    _check_header(path, header, warnings)
+    body = [(i + 2, rec) for i, rec in enumerate(records[1:]) if any(cell.strip() for cell in rec)]
+    if not body:
+        raise ResultsError(f"{path}: has a header but no rows (no runs recorded yet?)")
+    extra_keys = [h for h in header if h != "run_id" and h not in CANONICAL_COLUMNS and h not in TAIL_COLUMNS]
+    parsed = [_parse_row(path, header, line, rec, extra_keys) for line, rec in body]
+    rows = pd.DataFrame(parsed)
+    _check_run_consistency(path, rows, extra_keys)
+    return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings)
+
+
+def _check_header(path: Path, header: list[str], warnings: list[str]) -> None:
+    required = ["run_id", *CANONICAL_COLUMNS, *TAIL_COLUMNS]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ResultsError(f"{path}: line 1 (header): missing column(s) {missing}; found {header}")
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes:
+        raise ResultsError(f"{path}: line 1 (header): duplicated column(s) {dupes}")
+    empty = [i + 1 for i, h in enumerate(header) if not h]
+    if empty:
+        raise ResultsError(f"{path}: line 1 (header): column(s) {empty} have no name")
+    n_lead = 1 + len(CANONICAL_COLUMNS)
+    if header[0] != "run_id" or header[1:n_lead] != list(CANONICAL_COLUMNS) or header[-4:] != list(TAIL_COLUMNS):
+        warnings.append(
+            f"{path}: columns are not in the contract's order (read by name, so the analysis is unaffected)"
+        )
+
+
+def _parse_row(path: Path, header: list[str], line: int, rec: list[str], extra_keys: list[str]) -> dict:
+    if len(rec) != len(header):
+        raise ResultsError(f"{path}: line {line}: has {len(rec)} fields, the header has {len(header)}")
+    cells = {h: v.strip() for h, v in zip(header, rec)}
+
+    def where(col: str) -> str:
+        return f"{path}: line {line}, column '{col}'"
+
+    run_id = cells["run_id"]
+    if not run_id:
+        raise ResultsError(f"{where('run_id')}: empty")
+    status = cells["status"]
+    if status not in STATUSES:
+        raise ResultsError(f"{where('status')}: {status!r} is not one of {list(STATUSES)}")
+    preset = cells["parametrization.preset"]
+    if not preset:
+        raise ResultsError(f"{where('parametrization.preset')}: empty")
+    lr = _parse_float(cells["optimizer.lr"], where("optimizer.lr"), allow_empty=False)
+    if not (math.isfinite(lr) and lr > 0):
+        raise ResultsError(f"{where('optimizer.lr')}: {cells['optimizer.lr']!r} must be a positive finite number")
+    block_multiplier = _parse_float(
+        cells["parametrization.block_multiplier"], where("parametrization.block_multiplier"), allow_empty=False
+    )
+    if not math.isfinite(block_multiplier):
+        raise ResultsError(f"{where('parametrization.block_multiplier')}: must be finite")
+    fraction = _parse_float(cells["fraction"], where("fraction"), allow_empty=False)
+    if not 0.0 < fraction <= 1.0 + FRACTION_ATOL:
+        raise ResultsError(f"{where('fraction')}: {cells['fraction']!r} must be in (0, 1]")
+    val_text = cells["val_loss"]
+    val_loss = _parse_float(val_text, where("val_loss"), allow_empty=True)
+    row = {
+        "run_id": run_id,
+        "preset": preset,
+        "depth": _parse_int(cells["model.num_layers"], where("model.num_layers"), minimum=1),
+        "lr": lr,
+        "seed": _parse_int(cells["run.seed"], where("run.seed")),
+        "block_multiplier": block_multiplier,
+        "base_depth": _parse_int(
+            cells["parametrization.base_num_layers"], where("parametrization.base_num_layers"), minimum=1
+        ),
+        "hidden_size": _parse_int(cells["model.hidden_size"], where("model.hidden_size"), minimum=1),
+    }
+    row.update({key: cells[key] for key in extra_keys})
+    row.update(
+        {
+            "status": status,
+            "step": float(_parse_int(cells["step"], where("step"), allow_empty=True, minimum=0)),
+            "fraction": fraction,
+            "val_loss": val_loss if math.isfinite(val_loss) else math.nan,
+            "val_loss_recorded": val_text != "",
+            "line": line,
+        }
+    )
+    return row
+
+
+def _check_run_consistency(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None:
+    """A run's key columns must hold the same values on all its rows (one run = one config)."""
+    keys = ["preset", "depth", "lr", "seed", "block_multiplier", "base_depth", "hidden_size", *extra_keys, "status"]
+    for run_id, group in rows.groupby("run_id", sort=False):
+        if len(group) < 2:
+            continue
+        for key in keys:
+            if group[key].nunique(dropna=False) > 1:
+                lines = group["line"].tolist()
+                values = group[key].tolist()
+                raise ResultsError(
+                    f"{path}: run '{run_id}' has different values of column "
+                    f"'{_contract_name(key)}' on lines {lines}: {values}"
+                )
+
+
+def _contract_name(short: str) -> str:
+    for contract, name in CANONICAL_COLUMNS.items():
+        if name == short:
+            return contract
+    return short
+
+
+def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, str]:
+    """``summary.json`` ``reason`` of the given runs, where the run directory has one.
+
+    Run directories are optional extras (the analysis works from ``results.csv`` alone), so a
+    missing or unreadable summary is simply skipped.
+    """
+    reasons: dict[str, str] = {}
+    for run_id in run_ids:
+        summary = sweep_dir / "runs" / run_id / "summary.json"
+        try:
+            data = json.loads(summary.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("reason"), str) and data["reason"]:
+            reasons[run_id] = data["reason"]
+    return reasons

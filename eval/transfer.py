@@ -1,0 +1,481 @@
+"""Depth-transfer metrics: per-depth optimal LR, its drift and slope across depth, the seed
+bootstrap CI of that slope, and the regret of reusing the base depth's LR at every depth.
+
+These are the numbers behind "if I tune the LR on a shallow model, does it transfer to a deep
+one?" (TP-VI, Section 10.3 / Fig. 10): under a parametrization that transfers, the optimal
+log2 LR is flat in log2 depth (slope ~ 0, small drift) and the regret stays ~ 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eval.curves import CurveSet, DepthCurve, Family, build_curves
+from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
+from eval.results import FRACTION_ATOL, SweepResults, read_divergence_reasons
+
+DEFAULT_FRACTIONS: tuple[float, ...] = (0.5, 1.0)
+CI_LEVEL = 95.0
+_MAX_IDS_SHOWN = 4
+
+
+class AnalysisInputError(ValueError):
+    """The request does not fit the sweep (fraction not recorded, unknown preset or base depth)."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """A warning for the report: ``where`` names preset/fraction/depth, ``message`` says what and why."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.where}] {self.message}" if self.where else self.message
+
+
+@dataclass
+class DepthResult:
+    """One depth of one family at one fraction: its curve, optimum and regret."""
+
+    depth: int
+    is_base: bool
+    curve: DepthCurve
+    optimum: Optimum
+    opt_ci: tuple[float, float] | None = None  # bootstrap percentile CI of the optimal log2 LR
+    regret: float = math.nan
+    regret_status: str = "no_optimum"
+    regret_method: str | None = None
+    regret_note: str = ""
+    loss_at_base_lr: float = math.nan
+
+    @property
+    def n_lr_tried(self) -> int:
+        return int(self.curve.log2_lr.size)
+
+    @property
+    def n_lr_usable(self) -> int:
+        return int(self.curve.usable.sum())
+
+    @property
+    def n_lr_diverged(self) -> int:
+        """LRs where no seed is usable and at least one diverged."""
+        return int(np.sum(~self.curve.usable & (self.curve.n_diverged > 0)))
+
+    @property
+    def seed_counts(self) -> tuple[int, int]:
+        """Fewest and most usable seeds over the usable LRs (0, 0 when none)."""
+        n = self.curve.n_seeds[self.curve.usable]
+        return (int(n.min()), int(n.max())) if n.size else (0, 0)
+
+    @property
+    def best_grid(self) -> tuple[float, float, float, int]:
+        """log2 LR, mean loss, seed std and seed count of the best grid point (NaNs when none)."""
+        i = self.optimum.best_index
+        if i is None:
+            return math.nan, math.nan, math.nan, 0
+        c = self.curve
+        return float(c.log2_lr[i]), float(c.mean_loss[i]), float(c.std_loss[i]), int(c.n_seeds[i])
+
+
+@dataclass
+class SlopeFit:
+    """Least-squares slope of optimal log2 LR against log2 depth, with a seed-bootstrap CI."""
+
+    slope: float = math.nan
+    intercept: float = math.nan
+    stderr: float = math.nan
+    n_depths: int = 0
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    ci_note: str = ""
+    note: str = ""  # why there is no slope
+
+    @property
+    def available(self) -> bool:
+        return math.isfinite(self.slope)
+
+    @property
+    def ci_available(self) -> bool:
+        return math.isfinite(self.ci_low) and math.isfinite(self.ci_high)
+
+
+@dataclass
+class FractionResult:
+    """One family at one eval fraction."""
+
+    family: Family
+    fraction: float
+    base_depth: int | None
+    base_source: str
+    depths: list[DepthResult]
+    slope: SlopeFit
+    drift: float = math.nan
+    drift_ci: tuple[float, float] | None = None
+    n_boot: int = 0
+
+    @property
+    def max_regret(self) -> float:
+        vals = [d.regret for d in self.depths if math.isfinite(d.regret)]
+        return max(vals) if vals else math.nan
+
+    @property
+    def base(self) -> DepthResult | None:
+        return next((d for d in self.depths if d.is_base), None)
+
+
+@dataclass
+class TransferAnalysis:
+    """Everything the outputs need: per family x fraction results, the curves and the notes."""
+
+    source: str
+    fractions: list[float]
+    families: list[Family]
+    results: list[FractionResult]
+    curveset: CurveSet
+    notes: list[Note] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    divergence_reasons: dict[str, str] = field(default_factory=dict)
+
+    def result(self, family: Family, fraction: float) -> FractionResult:
+        return next(r for r in self.results if r.family == family and r.fraction == fraction)
+
+
+def fraction_label(fraction: float) -> str:
+    """``mid (f=0.5)``, ``end (f=1)`` or ``f=0.25``: how a fraction is named in tables and figures."""
+    if abs(fraction - 1.0) <= FRACTION_ATOL:
+        return "end (f=1)"
+    if abs(fraction - 0.5) <= FRACTION_ATOL:
+        return "mid (f=0.5)"
+    return f"f={fraction:.4g}"
+
+
+def resolve_fractions(sweep: SweepResults, requested: list[float] | str | None) -> tuple[list[float], list[Note]]:
+    """Match requested fractions to recorded ones; default to mid (0.5) and end (1.0) where recorded."""
+    recorded = sweep.recorded_fractions()
+    shown = ", ".join(f"{f:g}" for f in recorded)
+    if requested == "all":
+        return recorded, []
+    notes: list[Note] = []
+    if requested is None:
+        chosen = [r for r in recorded if any(abs(r - f) <= FRACTION_ATOL for f in DEFAULT_FRACTIONS)]
+        if not chosen:
+            notes.append(
+                Note(
+                    "", f"neither 0.5 nor 1.0 is recorded in {sweep.path}; analysing every recorded fraction ({shown})"
+                )
+            )
+            return recorded, notes
+        if len(chosen) < len(DEFAULT_FRACTIONS):
+            notes.append(
+                Note("", f"only fraction(s) {', '.join(f'{f:g}' for f in chosen)} of the default 0.5, 1.0 are recorded")
+            )
+        return chosen, notes
+    chosen = []
+    for f in requested:
+        match = [r for r in recorded if abs(r - f) <= FRACTION_ATOL]
+        if not match:
+            raise AnalysisInputError(
+                f"{sweep.path}: fraction {f:g} is not recorded in column 'fraction'; recorded: {shown}"
+            )
+        if match[0] not in chosen:
+            chosen.append(match[0])
+    return chosen, notes
+
+
+def choose_base_depth(depths: list[int], recorded: list[int], override: int | None) -> tuple[int | None, str, str]:
+    """The base depth L0 of one family: ``--base-depth``, else an agreed ``base_num_layers``, else the smallest depth.
+
+    Returns (depth, source, note); the note is empty unless a fallback happened.
+    """
+    if not depths:
+        return None, "none", "no runs with results"
+    smallest = min(depths)
+    if override is not None:
+        if override in depths:
+            return override, "--base-depth", ""
+        return (
+            smallest,
+            "smallest depth",
+            f"--base-depth {override} is not among this family's depths {depths}; using L={smallest}",
+        )
+    if len(recorded) == 1:
+        if recorded[0] in depths:
+            return recorded[0], "parametrization.base_num_layers", ""
+        return (
+            smallest,
+            "smallest depth",
+            f"parametrization.base_num_layers={recorded[0]} was not swept (depths {depths}); using the smallest depth L={smallest}",
+        )
+    return (
+        smallest,
+        "smallest depth",
+        f"runs disagree on parametrization.base_num_layers {recorded}; using the smallest depth L={smallest}",
+    )
+
+
+def analyze(
+    sweep: SweepResults,
+    *,
+    fractions: list[float] | str | None = None,
+    base_depth: int | None = None,
+    presets: list[str] | None = None,
+    window: int = 1,
+    n_boot: int = 1000,
+    boot_seed: int = 0,
+    use_evals_before_divergence: bool = False,
+) -> TransferAnalysis:
+    """Run the whole transfer analysis on validated sweep results."""
+    if window < 1:
+        raise AnalysisInputError(f"--fit-window must be >= 1, got {window}")
+    if n_boot < 0:
+        raise AnalysisInputError(f"--bootstrap must be >= 0, got {n_boot}")
+    chosen, notes = resolve_fractions(sweep, fractions)
+    notes = [Note("", w) for w in sweep.warnings] + notes
+    curveset = build_curves(sweep, chosen, use_evals_before_divergence=use_evals_before_divergence)
+    families = curveset.families
+    if presets:
+        known = sorted({f.preset for f in families})
+        unknown = [p for p in presets if p not in known]
+        if unknown:
+            raise AnalysisInputError(
+                f"{sweep.path}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}"
+            )
+        families = [f for f in families if f.preset in presets]
+    if base_depth is not None:
+        all_depths = sorted({c.depth for (fam, _), cs in curveset.curves.items() if fam in families for c in cs})
+        if base_depth not in all_depths:
+            raise AnalysisInputError(
+                f"{sweep.path}: --base-depth {base_depth} is not a swept depth (column 'model.num_layers' holds {all_depths})"
+            )
+    if curveset.n_pending_runs:
+        ids = _ids(curveset.pending_run_ids)
+        notes.append(
+            Note("", f"{curveset.n_pending_runs} of {curveset.n_runs} runs are pending and were ignored ({ids})")
+        )
+    results: list[FractionResult] = []
+    for fi, family in enumerate(families):
+        for ki, fraction in enumerate(chosen):
+            rng = np.random.default_rng([boot_seed, fi, ki])
+            result, fam_notes = _analyze_family_fraction(family, fraction, curveset, base_depth, window, n_boot, rng)
+            results.append(result)
+            notes.extend(fam_notes)
+    diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
+    return TransferAnalysis(
+        source=str(sweep.path),
+        fractions=chosen,
+        families=families,
+        results=results,
+        curveset=curveset,
+        notes=notes,
+        settings={
+            "fit_window": window,
+            "bootstrap_samples": n_boot,
+            "bootstrap_seed": boot_seed,
+            "ci_level": CI_LEVEL,
+            "use_evals_before_divergence": use_evals_before_divergence,
+            "base_depth_override": base_depth,
+            "presets": presets,
+        },
+        divergence_reasons=read_divergence_reasons(sweep.sweep_dir, diverged),
+    )
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:_MAX_IDS_SHOWN])
+    return shown + (f", ... {len(ids) - _MAX_IDS_SHOWN} more" if len(ids) > _MAX_IDS_SHOWN else "")
+
+
+def _analyze_family_fraction(
+    family: Family,
+    fraction: float,
+    curveset: CurveSet,
+    base_override: int | None,
+    window: int,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> tuple[FractionResult, list[Note]]:
+    where_ff = f"{family.label} | {fraction_label(fraction)}"
+    notes: list[Note] = []
+    curves = curveset.curves[(family, fraction)]
+    depths = [c.depth for c in curves]
+    base, source, base_note = choose_base_depth(depths, curveset.base_depths_recorded.get(family, []), base_override)
+    if base_note and depths:
+        notes.append(Note(where_ff, base_note))
+    results = []
+    for curve in curves:
+        opt = fit_optimum(curve.log2_lr, curve.mean_loss, window=window, n_diverged=curve.n_diverged)
+        results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt))
+        notes.extend(_depth_notes(f"{where_ff} | L={curve.depth}", curve, opt))
+    if not results:
+        notes.append(Note(where_ff, "no runs with results (all pending?): nothing to analyse"))
+    _fill_regrets(results, where_ff, notes)
+    slope = _fit_slope(results)
+    found = [d for d in results if d.optimum.found]
+    drift = float(np.ptp([d.optimum.log2_lr for d in found])) if len(found) >= 2 else math.nan
+    if results and not slope.available:
+        slope.note = (
+            f"only one depth ({'L=' + str(found[0].depth) if found else 'none'}) has an optimum: no slope or drift"
+            if len(found) == 1
+            else "no depth has an optimum: no slope or drift"
+        )
+        if len(depths) == 1:
+            slope.note = f"single depth L={depths[0]} in this family: no slope or drift across depth"
+        notes.append(Note(where_ff, slope.note))
+    edge_depths = [d.depth for d in found if d.optimum.edge is not None]
+    if slope.available and edge_depths:
+        notes.append(
+            Note(
+                where_ff,
+                f"slope and drift include optima on the edge of the usable LRs at L={edge_depths}; they are bounds, not estimates",
+            )
+        )
+    result = FractionResult(family, fraction, base, source, results, slope, drift, n_boot=n_boot)
+    _bootstrap(result, window, n_boot, rng, where_ff, notes)
+    return result, notes
+
+
+def _depth_notes(where: str, curve: DepthCurve, opt: Optimum) -> list[Note]:
+    notes: list[Note] = []
+    n_div, n_miss = int(curve.n_diverged.sum()), int(curve.n_missing.sum())
+    if not opt.found:
+        notes.append(
+            Note(
+                where,
+                f"no usable point: all {curve.log2_lr.size} LR(s) at this depth have no finite loss "
+                f"({n_div} run(s) diverged, {n_miss} missing); no optimum",
+            )
+        )
+        return notes
+    if opt.edge is not None:
+        bound = "above" if opt.edge == "high" else "below"
+        notes.append(
+            Note(
+                where,
+                f"optimum at the {opt.edge} edge ({opt.edge_reason}) at lr={opt.lr:.4g}: the true optimum may lie {bound} it",
+            )
+        )
+    if opt.fallback not in (None, "edge"):
+        notes.append(Note(where, f"no quadratic fit: {opt.note}"))
+    partial = [i for i in range(curve.log2_lr.size) if curve.n_seeds[i] > 0 and curve.n_diverged[i] > 0]
+    if partial:
+        cells = ", ".join(
+            f"lr=2^{curve.log2_lr[i]:.2f} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
+            for i in partial
+        )
+        notes.append(Note(where, f"some seeds diverged where others did not; means use the survivors: {cells}"))
+    if curve.nonfinite_run_ids:
+        ids = curve.nonfinite_run_ids
+        notes.append(
+            Note(
+                where,
+                f"{len(ids)} run(s) not marked diverged recorded a nan/inf loss; treated as diverged: {_ids(ids)}",
+            )
+        )
+    if n_miss:
+        notes.append(
+            Note(
+                where,
+                f"{n_miss} run(s) have no loss at this eval point (failed before it, or no row): {_ids(curve.missing_run_ids)}",
+            )
+        )
+    return notes
+
+
+def _fill_regrets(results: list[DepthResult], where_ff: str, notes: list[Note]) -> None:
+    """Regret at each depth = loss there at the base depth's optimal LR minus that depth's best loss."""
+    base = next((d for d in results if d.is_base), None)
+    if base is None:
+        return
+    if not base.optimum.found:
+        for d in results:
+            d.regret_status, d.regret_note = "no_base_optimum", f"the base depth L={base.depth} has no optimum"
+        notes.append(Note(where_ff, f"base depth L={base.depth} has no usable point: no regrets"))
+        return
+    x_base = base.optimum.log2_lr
+    if base.optimum.edge is not None:
+        notes.append(
+            Note(
+                where_ff,
+                f"the base depth's optimum is on the {base.optimum.edge} edge; regrets use that LR (lr={base.optimum.lr:.4g})",
+            )
+        )
+    for d in results:
+        if not d.optimum.found:
+            d.regret_status, d.regret_note = "no_optimum", "this depth has no usable point"
+            continue
+        c = d.curve
+        at: LossAt = loss_at(c.log2_lr, c.mean_loss, d.optimum, x_base, n_diverged=c.n_diverged)
+        d.regret_status, d.regret_method, d.regret_note = at.status, at.method, at.note
+        if at.status == "ok":
+            d.loss_at_base_lr = at.loss
+            d.regret = at.loss - d.optimum.loss
+        else:
+            notes.append(Note(f"{where_ff} | L={d.depth}", f"no regret: the base-depth optimal LR {at.note}"))
+
+
+def _fit_slope(results: list[DepthResult]) -> SlopeFit:
+    found = [d for d in results if d.optimum.found]
+    if len(found) < 2:
+        return SlopeFit(n_depths=len(found))
+    x = np.log2([d.depth for d in found])
+    y = np.array([d.optimum.log2_lr for d in found])
+    slope, intercept = np.polyfit(x, y, 1)
+    stderr = math.nan
+    if len(found) >= 3:
+        resid = y - (slope * x + intercept)
+        sxx = float(np.sum((x - x.mean()) ** 2))
+        stderr = math.sqrt(float(np.sum(resid**2)) / (len(found) - 2) / sxx)
+    return SlopeFit(slope=float(slope), intercept=float(intercept), stderr=stderr, n_depths=len(found))
+
+
+def _bootstrap(
+    result: FractionResult, window: int, n_boot: int, rng: np.random.Generator, where_ff: str, notes: list[Note]
+) -> None:
+    """Percentile CIs by resampling seeds within every (depth, LR) cell and refitting optima and slope."""
+    found = [d for d in result.depths if d.optimum.found]
+    if not found:
+        return
+    seeds = np.concatenate([d.curve.n_seeds[d.curve.usable] for d in found])
+    if n_boot == 0:
+        result.slope.ci_note = "bootstrap disabled (--bootstrap 0): no CI"
+        return
+    if seeds.max() <= 1:
+        result.slope.ci_note = (
+            "one seed per (depth, LR) cell: a seed bootstrap has nothing to resample, so no CI is given"
+        )
+        if result.slope.available:
+            notes.append(Note(where_ff, result.slope.ci_note))
+        return
+    n_single = int(np.sum(seeds == 1))
+    if n_single:
+        result.slope.ci_note = (
+            f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise is not in the CI"
+        )
+        notes.append(Note(where_ff, result.slope.ci_note))
+    opt_boot = np.empty((n_boot, len(found)))
+    for j, d in enumerate(found):
+        c = d.curve
+        means = np.full((n_boot, c.log2_lr.size), np.nan)
+        for i, losses in enumerate(c.seed_losses):
+            if losses.size:
+                draws = rng.integers(0, losses.size, size=(n_boot, losses.size))
+                means[:, i] = losses[draws].mean(axis=1)
+        for b in range(n_boot):
+            opt_boot[b, j] = fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged).log2_lr
+    lo_q, hi_q = (100 - CI_LEVEL) / 2, 100 - (100 - CI_LEVEL) / 2
+    for j, d in enumerate(found):
+        lo, hi = np.percentile(opt_boot[:, j], [lo_q, hi_q])
+        d.opt_ci = (float(lo), float(hi))
+    if len(found) >= 2:
+        x = np.log2([d.depth for d in found])
+        xc = x - x.mean()
+        slopes = (opt_boot - opt_boot.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+        lo, hi = np.percentile(slopes, [lo_q, hi_q])
+        result.slope.ci_low, result.slope.ci_high = float(lo), float(hi)
+        drifts = np.ptp(opt_boot, axis=1)
+        dlo, dhi = np.percentile(drifts, [lo_q, hi_q])
+        result.drift_ci = (float(dlo), float(dhi))

@@ -1,0 +1,179 @@
+"""``python -m eval transfer``: wire the command line to the analysis, the figures and the reports.
+
+Exit codes: 0 done (warnings are in the report), 1 outputs written but a figure failed,
+2 bad input (results.csv missing/empty/malformed, or an option that does not fit the sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from eval.transfer import TransferAnalysis
+
+HELP = "optimal LR per depth, its drift and slope across depth, and the transfer regret (TP-VI Fig. 10)"
+
+FIGURE_CAPTIONS = {
+    "fig_loss_vs_lr": "Loss vs log2 LR per depth (rows: presets/families, columns: eval fractions).",
+    "fig_optimal_lr_vs_depth": "Optimal log2 LR vs depth with least-squares slope and 95% seed-bootstrap CI.",
+}
+
+
+def _fraction(text: str) -> float | str:
+    if text == "all":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (or 'all')") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "sweep_dir", metavar="SWEEP_DIR", help="sweep directory holding results.csv (or the CSV itself)"
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="output directory (created; files replaced atomically)"
+    )
+    parser.add_argument(
+        "--fractions",
+        nargs="+",
+        type=_fraction,
+        metavar="F",
+        help="eval fractions to analyse, e.g. 0.5 1.0, or 'all' (default: 0.5 and 1.0 where recorded)",
+    )
+    parser.add_argument(
+        "--base-depth",
+        type=int,
+        metavar="N",
+        help="base depth L0 for the regret (default: parametrization.base_num_layers if all runs agree, else the smallest depth)",
+    )
+    parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
+    parser.add_argument(
+        "--fit-window",
+        type=int,
+        default=1,
+        metavar="K",
+        help="usable LR points on each side of the best one in the quadratic fit (default 1: three points)",
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="B", help="seed-bootstrap samples (0 = no CI; default 1000)"
+    )
+    parser.add_argument(
+        "--bootstrap-seed", type=int, default=0, metavar="S", help="RNG seed of the bootstrap (default 0)"
+    )
+    parser.add_argument(
+        "--use-evals-before-divergence",
+        action="store_true",
+        help="use evals a diverged run reached before diverging (default: diverged runs are excluded from all fits)",
+    )
+    parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
+    parser.add_argument("--no-figures", action="store_true", help="write only the JSON, CSV and reports")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.report import write_reports, write_transfer_csv, write_transfer_json
+    from eval.results import ResultsError, read_results
+    from eval.transfer import AnalysisInputError, Note, analyze, fraction_label
+
+    fractions = args.fractions
+    if fractions and "all" in fractions:
+        if len(fractions) > 1:
+            print("error: --fractions: 'all' cannot be combined with numbers", file=sys.stderr)
+            return 2
+        fractions = "all"
+    try:
+        sweep = read_results(args.sweep_dir)
+        analysis = analyze(
+            sweep,
+            fractions=fractions,
+            base_depth=args.base_depth,
+            presets=args.presets,
+            window=args.fit_window,
+            n_boot=args.bootstrap,
+            boot_seed=args.bootstrap_seed,
+            use_evals_before_divergence=args.use_evals_before_divergence,
+        )
+    except (ResultsError, AnalysisInputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: --out {out}: cannot create: {exc}", file=sys.stderr)
+        return 2
+    figures: list[tuple[str, str]] = []
+    files: list[str] = []
+    failed = False
+    if not args.no_figures:
+        from eval.plots import save_figure
+
+        for name, build in _figure_builders(analysis):
+            try:
+                for stem, caption, fig in build():
+                    files += [p.name for p in save_figure(fig, out, stem, args.dpi)]
+                    figures.append((f"{stem}.png", caption))
+            except Exception as exc:  # a broken figure must not cost the numbers
+                failed = True
+                analysis.notes.append(Note("figures", f"{name} failed: {type(exc).__name__}: {exc}"))
+                traceback.print_exc()
+    write_transfer_json(out / "transfer.json", analysis, files)
+    write_transfer_csv(out / "transfer.csv", analysis)
+    write_reports(out, analysis, figures)
+    _print_summary(analysis, out, fraction_label)
+    return 1 if failed else 0
+
+
+def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[], list[tuple[str, str, Figure]]]]]:
+    """(name, builder) pairs; each builder returns (file stem, caption, figure) triples."""
+    from eval.plots import plot_block_multiplier_heatmaps, plot_loss_vs_lr, plot_optimal_lr_vs_depth
+
+    def heatmaps() -> list[tuple[str, str, Figure]]:
+        return [
+            (stem, f"Loss over LR x block multiplier ({stem.removeprefix('fig_heatmap_')}).", fig)
+            for stem, fig in plot_block_multiplier_heatmaps(analysis)
+        ]
+
+    return [
+        ("fig_loss_vs_lr", lambda: [("fig_loss_vs_lr", FIGURE_CAPTIONS["fig_loss_vs_lr"], plot_loss_vs_lr(analysis))]),
+        (
+            "fig_optimal_lr_vs_depth",
+            lambda: [
+                (
+                    "fig_optimal_lr_vs_depth",
+                    FIGURE_CAPTIONS["fig_optimal_lr_vs_depth"],
+                    plot_optimal_lr_vs_depth(analysis),
+                )
+            ],
+        ),
+        ("fig_heatmap", heatmaps),
+    ]
+
+
+def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
+    for r in analysis.results:
+        s = r.slope
+        slope = f"{s.slope:+.3f}" if s.available else "n/a"
+        ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else ""
+        drift = f"{r.drift:.3f}" if r.drift == r.drift else "n/a"
+        regret = f"{r.max_regret:.4f}" if r.max_regret == r.max_regret else "n/a"
+        print(
+            f"{r.family.label:<28} {fraction_label(r.fraction):<12} base L={r.base_depth}  "
+            f"slope {slope}{ci}  drift {drift}  max regret {regret}"
+        )
+    if analysis.notes:
+        print(f"{len(analysis.notes)} warning(s):")
+        for note in analysis.notes:
+            print(f"  - {note}")
+    print(f"wrote {out}/transfer.json, transfer.csv, report.md, report.html")

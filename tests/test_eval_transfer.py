@@ -1,0 +1,556 @@
+"""Planted-answer tests of ``python -m eval transfer``.
+
+Every synthetic sweep follows docs/contracts.md (results.csv columns, statuses, empty cells
+for eval points never reached) and plants
+
+    val_loss = c(L, f) + k * (log2 lr - log2 lr*(L))^2 + seed noise,
+    log2 lr*(L) = log2 lr0 - s * log2(L / L0),
+
+so the per-depth optimum, the slope (-s), the drift (s * log2(Lmax/Lmin)) and the regret
+(k * (s * log2(L / L0))^2) are known exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from eval.__main__ import main
+from eval.optimum import fit_optimum, loss_at
+from eval.plots import plot_block_multiplier_heatmaps, plot_loss_vs_lr, plot_optimal_lr_vs_depth
+from eval.results import ResultsError, read_results
+from eval.transfer import AnalysisInputError, TransferAnalysis, analyze
+
+HEADER = [
+    "run_id",
+    "parametrization.preset",
+    "model.num_layers",
+    "optimizer.lr",
+    "run.seed",
+    "parametrization.block_multiplier",
+    "parametrization.base_num_layers",
+    "model.hidden_size",
+    "status",
+    "step",
+    "fraction",
+    "val_loss",
+]
+STEPS = 400
+LOG2_LR0 = -9.2  # deliberately between grid points
+K = 0.1  # curvature per (log2 lr)^2
+GRID = tuple(float(x) for x in np.round(np.arange(-13.0, -5.0 + 1e-9, 0.5), 6))  # log2 lr, step 0.5
+DEPTHS = (2, 4, 8, 16)
+L0 = 2
+
+
+def planted_log2_opt(depth: int, slope: float, log2_lr0: float = LOG2_LR0) -> float:
+    return log2_lr0 - slope * math.log2(depth / L0)
+
+
+def planted_loss(depth: int, log2_lr: float, fraction: float, slope: float, k: float = K) -> float:
+    c = 3.0 + 1.0 / math.sqrt(depth) + (0.4 if fraction < 1.0 else 0.0)
+    return c + k * (log2_lr - planted_log2_opt(depth, slope)) ** 2
+
+
+def make_rows(
+    *,
+    slopes: dict[str, float] | None = None,
+    depths: tuple[int, ...] = DEPTHS,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    grid: tuple[float, ...] = GRID,
+    fractions: tuple[float, ...] = (0.5, 1.0),
+    noise: float = 0.002,
+    diverge_gap: float | None = 2.6,
+    block_multipliers: tuple[float, ...] = (1.0,),
+    base_num_layers: int = L0,
+    rng_seed: int = 1234,
+) -> list[dict]:
+    """Contract rows for a planted sweep. Runs above ``log2 lr* + diverge_gap`` diverge right after the mid eval."""
+    slopes = {"depth_mup": 0.0, "sp": 0.5} if slopes is None else slopes
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for preset, slope in slopes.items():
+        for a in block_multipliers:
+            for depth in depths:
+                for x in grid:
+                    for seed in seeds:
+                        run_id = f"{preset}-a{a:g}-L{depth}-lr{x:+.2f}-s{seed}"
+                        gap = x - planted_log2_opt(depth, slope)
+                        diverged = diverge_gap is not None and gap > diverge_gap
+                        for f in fractions:
+                            loss = (
+                                planted_loss(depth, x, f, slope)
+                                + 0.05 * (a - 1.0) ** 2
+                                + noise * float(rng.standard_normal())
+                            )
+                            reached = not diverged or f < 0.75
+                            rows.append(
+                                {
+                                    "run_id": run_id,
+                                    "parametrization.preset": preset,
+                                    "model.num_layers": depth,
+                                    "optimizer.lr": 2.0**x,
+                                    "run.seed": seed,
+                                    "parametrization.block_multiplier": a,
+                                    "parametrization.base_num_layers": base_num_layers,
+                                    "model.hidden_size": 128,
+                                    "status": "diverged" if diverged else "completed",
+                                    "step": int(round(f * STEPS)) if reached else "",
+                                    "fraction": f,
+                                    "val_loss": loss if reached else "",
+                                }
+                            )
+    return rows
+
+
+def write_sweep(directory: Path, rows: list[dict], header: list[str] = HEADER) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "results.csv", "w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([repr(v) if isinstance(v, float) else v for v in (row.get(h, "") for h in header)])
+    return directory
+
+
+def run_analysis(tmp_path: Path, rows: list[dict], **kwargs) -> TransferAnalysis:
+    kwargs.setdefault("n_boot", 200)
+    return analyze(read_results(write_sweep(tmp_path / "sweep", rows)), **kwargs)
+
+
+def depth_result(analysis: TransferAnalysis, preset: str, fraction: float, depth: int):
+    result = next(r for r in analysis.results if r.family.preset == preset and r.fraction == fraction)
+    return result, next(d for d in result.depths if d.depth == depth)
+
+
+def notes_text(analysis: TransferAnalysis) -> str:
+    return "\n".join(str(n) for n in analysis.notes)
+
+
+# ----------------------------------------------------------------- optimum fitting
+
+
+def test_quadratic_vertex_is_exact_between_grid_points():
+    x = np.array(GRID)
+    y = 3.0 + K * (x - LOG2_LR0) ** 2
+    opt = fit_optimum(x, y)
+    assert opt.method == "quadratic" and opt.edge is None and opt.fallback is None
+    assert opt.log2_lr == pytest.approx(LOG2_LR0, abs=1e-9)
+    assert opt.loss == pytest.approx(3.0, abs=1e-12)
+    assert opt.fit is not None and opt.fit.lo <= LOG2_LR0 <= opt.fit.hi
+
+
+def test_non_convex_fit_falls_back_to_grid_point():
+    x = np.arange(5.0)
+    y = np.array([0.5, 2.0, 0.4, 2.0, 0.5])  # best point interior, but the 5-point parabola opens downwards
+    opt = fit_optimum(x, y, window=2)
+    assert opt.method == "grid" and opt.fallback == "not_convex"
+    assert opt.log2_lr == 2.0 and "not convex" in opt.note
+
+
+def test_edge_and_few_points_and_empty_curve():
+    x = np.arange(6.0)
+    low = fit_optimum(x, 1.0 + (x + 2.0) ** 2)  # true optimum below the grid
+    assert (low.edge, low.edge_reason, low.method, low.log2_lr) == ("low", "grid", "grid", 0.0)
+    y = 1.0 + (x - 2.2) ** 2
+    y[3:] = np.nan
+    diverged = np.array([0, 0, 0, 3, 3, 3])
+    high = fit_optimum(x, y, n_diverged=diverged)  # best usable point is next to diverged LRs
+    assert (high.edge, high.edge_reason, high.fallback) == ("high", "diverged", "edge")
+    two = fit_optimum(x, np.array([np.nan, 2.0, 1.0, np.nan, np.nan, np.nan]))
+    assert two.fallback == "few_points" and "needs 3" in two.note
+    none = fit_optimum(x, np.full(6, np.nan))
+    assert none.method == "none" and not none.found
+
+
+def test_loss_at_uses_quadratic_inside_bracket_and_linear_outside():
+    x = np.array(GRID)
+    y = 2.0 + K * (x - LOG2_LR0) ** 2
+    opt = fit_optimum(x, y)
+    inside = loss_at(x, y, opt, -9.3)
+    assert inside.method == "quadratic" and inside.loss == pytest.approx(2.0 + K * 0.1**2, abs=1e-12)
+    outside = loss_at(x, y, opt, -11.2)
+    assert outside.method == "linear" and 2.0 + K * 4.0 < outside.loss <= 2.0 + K * 4.0 + K * 0.25 / 4
+    assert loss_at(x, y, opt, -20.0).status == "outside_grid"
+
+
+# ----------------------------------------------------------------- planted recovery
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> TransferAnalysis:
+    rows = make_rows(seeds=(0, 1, 2, 3))
+    return analyze(read_results(write_sweep(tmp_path_factory.mktemp("planted"), rows)), n_boot=400)
+
+
+@pytest.mark.parametrize("preset,slope", [("depth_mup", 0.0), ("sp", 0.5)])
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_recovers_planted_optima_slope_and_ci(planted, preset, slope, fraction):
+    result, _ = depth_result(planted, preset, fraction, L0)
+    assert result.base_depth == L0 and result.base_source == "parametrization.base_num_layers"
+    for d in result.depths:
+        assert d.optimum.method == "quadratic", d.optimum.note
+        assert d.optimum.log2_lr == pytest.approx(planted_log2_opt(d.depth, slope), abs=0.04)
+        assert d.seed_counts == (4, 4)
+        lo, hi = d.opt_ci
+        assert lo <= d.optimum.log2_lr <= hi and 0.0 < hi - lo < 0.15
+    assert result.slope.slope == pytest.approx(-slope, abs=0.02)
+    assert result.slope.ci_low <= -slope <= result.slope.ci_high
+    assert 0.0 < result.slope.ci_high - result.slope.ci_low < 0.1
+    if slope:  # the CI has power: it excludes 0 when the optimum really moves
+        assert result.slope.ci_high < 0.0
+    assert result.drift == pytest.approx(slope * math.log2(max(DEPTHS) / min(DEPTHS)), abs=0.06)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_regret_zero_without_drift_and_planted_with_drift(planted, fraction):
+    flat, _ = depth_result(planted, "depth_mup", fraction, L0)
+    for d in flat.depths:
+        assert d.regret_status == "ok"
+        assert abs(d.regret) < 0.003
+    moving, base = depth_result(planted, "sp", fraction, L0)
+    grid_step = 0.5
+    for d in moving.depths:
+        assert d.regret_status == "ok"
+        slack = K * grid_step**2 / 4 if d.regret_method == "linear" else 0.0  # a chord lies above the parabola
+        planted_regret = K * (0.5 * math.log2(d.depth / L0)) ** 2
+        assert planted_regret - 0.01 <= d.regret <= planted_regret + slack + 0.01, (d.depth, d.regret_method)
+        # the same, at the base LR actually estimated: only the loss noise (std 0.002 / sqrt(4) per mean) is left
+        at_estimate = K * (base.optimum.log2_lr - planted_log2_opt(d.depth, 0.5)) ** 2
+        assert at_estimate - 0.004 <= d.regret <= at_estimate + slack + 0.004, (d.depth, d.regret_method)
+    assert moving.max_regret == max(d.regret for d in moving.depths)
+    assert K * 1.5**2 - 0.01 <= moving.max_regret <= K * 1.5**2 + K * grid_step**2 / 4 + 0.01
+
+
+def test_noise_free_regret_is_exact_inside_the_bracket(tmp_path):
+    analysis = run_analysis(tmp_path, make_rows(noise=0.0, seeds=(0,)), n_boot=0)
+    _, d4 = depth_result(analysis, "sp", 1.0, 4)
+    assert d4.regret_method == "quadratic"  # base optimum -9.2 lies in L=4's bracket [-10, -9]
+    assert d4.regret == pytest.approx(K * 0.5**2, abs=1e-9)
+    _, d2 = depth_result(analysis, "sp", 1.0, 2)
+    assert d2.regret == pytest.approx(0.0, abs=1e-12)
+
+
+def test_single_seed_gives_no_ci_but_a_slope(tmp_path):
+    analysis = run_analysis(tmp_path, make_rows(seeds=(0,)))
+    result, _ = depth_result(analysis, "sp", 1.0, L0)
+    assert result.slope.slope == pytest.approx(-0.5, abs=0.05)
+    assert not result.slope.ci_available and "nothing to resample" in result.slope.ci_note
+    assert "nothing to resample" in notes_text(analysis)
+
+
+# ----------------------------------------------------------------- robustness
+
+
+def test_edge_of_grid_optimum_is_flagged(tmp_path):
+    grid = tuple(
+        float(x) for x in np.round(np.arange(-10.0, -6.0 + 1e-9, 0.5), 6)
+    )  # the L=16 optimum (-10.7) lies below it
+    analysis = run_analysis(tmp_path, make_rows(slopes={"sp": 0.5}, grid=grid), fractions=[1.0])
+    _, d16 = depth_result(analysis, "sp", 1.0, 16)
+    assert (d16.optimum.edge, d16.optimum.edge_reason, d16.optimum.method) == ("low", "grid", "grid")
+    assert d16.optimum.log2_lr == -10.0
+    _, d4 = depth_result(analysis, "sp", 1.0, 4)
+    assert d4.optimum.edge is None and d4.optimum.method == "quadratic"
+    text = notes_text(analysis)
+    assert "sp | end (f=1) | L=16] optimum at the low edge (grid)" in text
+    assert "bounds, not estimates" in text
+
+
+def test_optimum_next_to_divergence_is_flagged(tmp_path):
+    analysis = run_analysis(tmp_path, make_rows(slopes={"sp": 0.0}, diverge_gap=0.2, seeds=(0, 1)), fractions=[1.0])
+    _, d8 = depth_result(analysis, "sp", 1.0, 8)
+    # lr* = -9.2: -9.0 is stable (gap 0.2 is not > 0.2), -8.5 and up diverge, best point -9.0 has no higher neighbour
+    assert (d8.optimum.edge, d8.optimum.edge_reason) == ("high", "diverged")
+    assert d8.n_lr_diverged == sum(1 for x in GRID if x > LOG2_LR0 + 0.2)
+
+
+def test_missing_points_and_failed_runs_are_reported(tmp_path):
+    rows = make_rows(slopes={"sp": 0.5}, seeds=(0, 1))
+    keep = {-10.5, -11.0}
+    for row in rows:  # at L=16 only two LRs finished; the rest failed before any eval
+        if row["model.num_layers"] == 16 and math.log2(row["optimizer.lr"]) not in keep:
+            row.update(status="failed", step="", val_loss="")
+    analysis = run_analysis(tmp_path, rows)
+    _, d16 = depth_result(analysis, "sp", 1.0, 16)
+    assert d16.optimum.fallback == "few_points" and d16.optimum.method == "grid"
+    assert d16.optimum.log2_lr == -10.5
+    text = notes_text(analysis)
+    assert "sp | end (f=1) | L=16] no quadratic fit: only 2 usable LR point(s); a quadratic fit needs 3" in text
+    assert "have no loss at this eval point (failed before it, or no row)" in text
+    result, _ = depth_result(analysis, "sp", 1.0, 2)
+    assert result.slope.available  # the other depths still give a slope
+
+
+def test_all_diverged_depth_is_named_and_does_not_crash(tmp_path):
+    rows = make_rows(slopes={"depth_mup": 0.0}, seeds=(0, 1))
+    for row in rows:
+        if row["model.num_layers"] == 16:
+            row.update(status="diverged", step="", val_loss="")
+    analysis = run_analysis(tmp_path, rows)
+    result, d16 = depth_result(analysis, "depth_mup", 0.5, 16)
+    assert not d16.optimum.found and d16.regret_status == "no_optimum"
+    assert d16.n_lr_diverged == len(GRID)
+    assert "[depth_mup | mid (f=0.5) | L=16] no usable point: all 17 LR(s)" in notes_text(analysis)
+    assert result.slope.n_depths == 3 and result.slope.slope == pytest.approx(0.0, abs=0.03)
+    fig = plot_loss_vs_lr(analysis)
+    ax = fig.axes[0]
+    assert {ln.get_gid() for ln in ax.get_lines() if (ln.get_gid() or "").startswith("diverged:")} >= {"diverged:L=16"}
+
+
+def test_diverged_runs_excluded_unless_asked(tmp_path):
+    rows = make_rows(slopes={"sp": 0.0}, seeds=(0, 1), diverge_gap=2.6)
+    for row in rows:  # a diverged run whose mid-training loss looks (deceptively) best
+        if (
+            row["status"] == "diverged"
+            and row["fraction"] == 0.5
+            and math.isclose(math.log2(row["optimizer.lr"]), -6.5)
+        ):
+            row["val_loss"] = 1.0
+    default = run_analysis(tmp_path / "a", rows, fractions=[0.5])
+    _, d = depth_result(default, "sp", 0.5, 8)
+    assert d.optimum.log2_lr == pytest.approx(LOG2_LR0, abs=0.05)
+    kept = run_analysis(tmp_path / "b", rows, fractions=[0.5], use_evals_before_divergence=True)
+    _, d = depth_result(kept, "sp", 0.5, 8)
+    assert d.optimum.log2_lr == pytest.approx(-6.5, abs=0.3)
+
+
+def test_single_depth_preset_has_no_slope(tmp_path):
+    rows = make_rows(slopes={"sp": 0.5}) + make_rows(slopes={"ode": 0.0}, depths=(8,), rng_seed=7)
+    analysis = run_analysis(tmp_path, rows)
+    result, d8 = depth_result(analysis, "ode", 1.0, 8)
+    assert d8.optimum.method == "quadratic"
+    assert not result.slope.available and math.isnan(result.drift)
+    assert "single depth L=8 in this family: no slope" in notes_text(analysis)
+    # base_num_layers=2 was not swept for this family -> smallest depth, with a note
+    assert result.base_depth == 8 and "was not swept" in notes_text(analysis)
+
+
+def test_pending_runs_are_ignored_and_counted(tmp_path):
+    rows = make_rows(slopes={"sp": 0.5}, seeds=(0, 1))
+    pending_ids = {r["run_id"] for r in rows if r["run.seed"] == 1 and r["model.num_layers"] == 8}
+    for row in rows:
+        if row["run_id"] in pending_ids:
+            row.update(status="pending", step="", val_loss="")
+    analysis = run_analysis(tmp_path, rows)
+    n_runs = len({r["run_id"] for r in rows})
+    assert f"{len(pending_ids)} of {n_runs} runs are pending and were ignored" in notes_text(analysis)
+    _, d8 = depth_result(analysis, "sp", 1.0, 8)
+    assert d8.seed_counts == (1, 1) and d8.optimum.found
+
+
+def test_nonfinite_loss_of_a_completed_run_counts_as_diverged(tmp_path):
+    rows = make_rows(slopes={"sp": 0.0}, depths=(2, 4), seeds=(0, 1))
+    bad = next(r for r in rows if r["model.num_layers"] == 4 and r["fraction"] == 1.0 and r["run.seed"] == 1)
+    bad["val_loss"] = float("nan")  # written as 'nan', as repr does
+    analysis = run_analysis(tmp_path, rows, fractions=[1.0])
+    _, d4 = depth_result(analysis, "sp", 1.0, 4)
+    i = int(np.flatnonzero(np.isclose(d4.curve.log2_lr, math.log2(bad["optimizer.lr"])))[0])
+    assert (d4.curve.n_diverged[i], d4.curve.n_seeds[i]) == (1, 1)
+    assert f"recorded a nan/inf loss; treated as diverged: {bad['run_id']}" in notes_text(analysis)
+
+
+def test_interval_fractions_default_to_mid_and_end(tmp_path):
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2, 4), seeds=(0, 1), fractions=(0.25, 0.5, 0.75, 1.0))
+    sweep = read_results(write_sweep(tmp_path / "sweep", rows))
+    assert analyze(sweep, n_boot=0).fractions == [0.5, 1.0]
+    assert analyze(sweep, n_boot=0, fractions="all").fractions == [0.25, 0.5, 0.75, 1.0]
+    only = analyze(sweep, n_boot=0, fractions=[0.75], presets=["sp"])
+    assert [r.fraction for r in only.results] == [0.75]
+    with pytest.raises(AnalysisInputError, match=r"preset\(s\) \['mup'\] not in column 'parametrization.preset'"):
+        analyze(sweep, presets=["mup"])
+
+
+def test_base_depth_choice(tmp_path):
+    rows = make_rows(slopes={"sp": 0.5}, seeds=(0, 1))
+    override = run_analysis(tmp_path / "a", rows, base_depth=8, n_boot=0)
+    result, d8 = depth_result(override, "sp", 1.0, 8)
+    assert result.base_depth == 8 and d8.is_base and d8.regret == pytest.approx(0.0, abs=1e-12)
+    _, d2 = depth_result(override, "sp", 1.0, 2)
+    assert d2.regret == pytest.approx(K * 1.0**2, abs=0.01)
+    for i, row in enumerate(rows):  # runs disagree on L0 -> smallest depth
+        row["parametrization.base_num_layers"] = 2 if row["model.num_layers"] < 8 else 4
+        rows[i] = row
+    disagree = run_analysis(tmp_path / "b", rows, n_boot=0)
+    result, _ = depth_result(disagree, "sp", 1.0, 2)
+    assert result.base_depth == 2 and "disagree on parametrization.base_num_layers [2, 4]" in notes_text(disagree)
+    with pytest.raises(AnalysisInputError, match="--base-depth 3 is not a swept depth"):
+        run_analysis(tmp_path / "c", rows, base_depth=3)
+
+
+# ----------------------------------------------------------------- malformed input
+
+
+def _csv_text(rows: list[dict], header: list[str] = HEADER) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[repr(v) if isinstance(v, float) else v for v in (r.get(h, "") for h in header)] for r in rows])
+    return buf.getvalue()
+
+
+def _edit_cell(column: str, value: str, row: int = 0):
+    def edit(rows: list[dict]) -> str:
+        rows[row][column] = value
+        return _csv_text(rows)
+
+    return edit
+
+
+def _ragged_line_2(rows: list[dict]) -> str:
+    lines = _csv_text(rows).splitlines()
+    lines[1] += ",extra"
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "build,expected",
+    [
+        (lambda rows: "", "file is empty"),
+        (lambda rows: _csv_text([]), "has a header but no rows"),
+        (
+            lambda rows: _csv_text(rows, [h for h in HEADER if h != "optimizer.lr"]),
+            "missing column(s) ['optimizer.lr']",
+        ),
+        (_edit_cell("optimizer.lr", "abc"), "line 2, column 'optimizer.lr': 'abc' is not a number"),
+        (_edit_cell("optimizer.lr", "-0.01", row=1), "line 3, column 'optimizer.lr': '-0.01' must be a positive"),
+        (_edit_cell("status", "done"), "line 2, column 'status': 'done' is not one of"),
+        (_edit_cell("model.num_layers", "2.5", row=1), "line 3, column 'model.num_layers': '2.5' is not an integer"),
+        (_edit_cell("fraction", "1.5", row=1), "line 3, column 'fraction': '1.5' must be in (0, 1]"),
+        (_edit_cell("val_loss", "low", row=1), "line 3, column 'val_loss': 'low' is not a number"),
+        (lambda rows: _csv_text(rows).split("\n", 1)[1], "line 1 (header): missing column(s)"),  # no header line
+        (_ragged_line_2, "line 2: has 13 fields, the header has 12"),
+    ],
+)
+def test_malformed_results_csv_exits_2_with_a_clear_message(tmp_path, capsys, build, expected):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0,))
+    (sweep / "results.csv").write_text(build(rows))
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert str(sweep / "results.csv") in err and expected in err
+    assert not (tmp_path / "out" / "transfer.json").exists()
+
+
+def test_missing_file_and_inconsistent_run(tmp_path, capsys):
+    assert main(["transfer", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
+    assert "results.csv: file not found" in capsys.readouterr().err
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0,))
+    rows[1]["model.num_layers"] = 4  # same run_id, other depth on its second row
+    write_sweep(tmp_path / "bad", rows)
+    with pytest.raises(
+        ResultsError,
+        match=r"run 'sp-a1-L2-lr-9.00-s0' has different values of column 'model.num_layers' on lines \[2, 3\]",
+    ):
+        read_results(tmp_path / "bad")
+
+
+def test_unrecorded_fraction_is_a_clear_error(tmp_path, capsys):
+    write_sweep(tmp_path / "sweep", make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,)))
+    assert main(["transfer", str(tmp_path / "sweep"), "--out", str(tmp_path / "o"), "--fractions", "0.25"]) == 2
+    assert "fraction 0.25 is not recorded in column 'fraction'; recorded: 0.5, 1" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- figures and outputs
+
+
+def test_loss_vs_lr_figure_has_one_curve_per_depth(planted):
+    fig = plot_loss_vs_lr(planted)
+    axes = fig.axes
+    assert len(axes) == 2 * 2  # rows = presets, columns = fractions
+    colours = {}
+    for ax in axes:
+        curves = [ln for ln in ax.get_lines() if ln.get_label().startswith("L=")]
+        assert [ln.get_label() for ln in curves] == ["L=2 (base)", "L=4", "L=8", "L=16"]
+        optima = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("optimum:")]
+        assert len(optima) == len(DEPTHS)
+        assert any((ln.get_gid() or "").startswith("diverged:") for ln in ax.get_lines())
+        for ln in curves:
+            colours.setdefault(ln.get_label(), ln.get_color())
+            assert ln.get_color() == colours[ln.get_label()]  # one colour per depth in every panel
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    assert axes[0].get_ylim() == axes[1].get_ylim()  # shared y-range per row
+    ymin, ymax = axes[0].get_ylim()
+    best = min(d.optimum.loss for r in planted.results[:2] for d in r.depths)
+    assert ymin < best < ymax and ymax < 5.0  # the basin is shown, the far-away losses are clipped
+
+
+def test_optimal_lr_figure_has_one_line_per_preset_with_slope_and_ci(planted):
+    fig = plot_optimal_lr_vs_depth(planted)
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        labels = [ln.get_label() for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        assert len(labels) == 2 and all("slope" in lab and "95% CI" in lab for lab in labels)
+        assert {lab.split(":")[0] for lab in labels} == {"depth_mup", "sp"}
+        assert ax.get_xscale() == "log"
+
+
+def test_block_multiplier_heatmaps(tmp_path, planted):
+    assert plot_block_multiplier_heatmaps(planted) == []  # the planted sweep does not vary it
+    rows = make_rows(slopes={"depth_mup": 0.0}, depths=(2, 8), seeds=(0,), block_multipliers=(0.5, 1.0, 2.0))
+    analysis = run_analysis(tmp_path, rows, n_boot=0)
+    assert len(analysis.families) == 3
+    figures = plot_block_multiplier_heatmaps(analysis)
+    assert [stem for stem, _ in figures] == ["fig_heatmap_depth_mup_f0.5", "fig_heatmap_depth_mup_f1"]
+    for _, fig in figures:
+        panels = [ax for ax in fig.axes if ax.get_images()]
+        assert [ax.get_title() for ax in panels] == ["L=2", "L=8"]
+        assert panels[0].get_images()[0].get_array().shape == (3, len(GRID))
+
+
+def test_cli_writes_every_output(tmp_path, capsys):
+    rows = make_rows(seeds=(0, 1))
+    rows[0]["status"] = rows[1]["status"] = "pending"  # one run, both of its rows
+    rows[0]["val_loss"] = rows[1]["val_loss"] = rows[0]["step"] = rows[1]["step"] = ""
+    sweep = write_sweep(tmp_path / "sweep", rows)
+    out = tmp_path / "out"
+    assert main(["transfer", str(sweep), "--out", str(out), "--bootstrap", "50", "--fractions", "0.5", "1.0"]) == 0
+    stdout = capsys.readouterr().out
+    assert "sp" in stdout and "slope" in stdout
+    data = json.loads((out / "transfer.json").read_text())
+    assert data["fractions"] == [0.5, 1.0] and data["counts"] == {"runs": len(rows) // 2, "pending_runs": 1}
+    sp_end = next(r for r in data["results"] if r["preset"] == "sp" and r["fraction"] == 1.0)
+    assert sp_end["slope"]["value"] == pytest.approx(-0.5, abs=0.03)
+    assert sp_end["slope"]["ci_contains_zero"] is False
+    assert [d["depth"] for d in sp_end["depths"]] == list(DEPTHS)
+    assert sp_end["depths"][3]["optimum"]["log2_lr"] == pytest.approx(planted_log2_opt(16, 0.5), abs=0.06)
+    assert any("pending" in w["message"] for w in data["warnings"])
+    with open(out / "transfer.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == 2 * 2 * len(DEPTHS)  # presets x fractions x depths
+    assert {row["opt_method"] for row in table} == {"quadratic"}
+    md = (out / "report.md").read_text()
+    assert "## Warnings" in md and "fig_loss_vs_lr.png" in md and "| sp |" in md
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "pending" in page
+    for stem in ("fig_loss_vs_lr", "fig_optimal_lr_vs_depth"):
+        assert (out / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+        with Image.open(out / f"{stem}.png") as img:
+            assert round(img.info["dpi"][0]) >= 150
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files behind
+
+
+def test_cli_registry_answers_for_commands_not_built_yet(monkeypatch, capsys):
+    import eval.__main__ as cli
+
+    monkeypatch.setattr(
+        cli, "SUBCOMMANDS", {"transfer": "eval.transfer_cmd", "later": "eval.not_written_yet", "bad": "eval.results"}
+    )
+    assert cli.main(["later", "anything", "--flag"]) == 2
+    assert (
+        "`python -m eval later` is not available: eval/not_written_yet.py does not exist yet" in capsys.readouterr().err
+    )
+    assert cli.main(["bad"]) == 2
+    assert "eval/results.py does not define add_arguments and run()" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "transfer" in out and "later" in out
