@@ -13,9 +13,10 @@ grad norm, whether the update was applied), ``evaluate(micro_batches) -> float``
   (:class:`training.optim.CpuOptimizer`), plain micro-batch accumulation. Pipeline
   parallelism and sequence parallelism need the GPU path.
 
-Both reduce the loss the same way: the (sum of token losses, token count) pair is summed
-over the whole world, so tensor-parallel duplicates and non-final pipeline stages (zeros)
-cancel in the ratio.
+Both reduce the loss the same way: the (sum of token losses, token count) pair is summed over
+the whole world, so tensor-parallel duplicates and non-final pipeline stages (zeros) cancel in
+the ratio. ``resolved=None`` trains with megatron's stock parameter groups (the unpatched
+reference of benchmarks/patch_overhead.py).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _layout() -> dict[str, int]:
 class CpuBackend:
     """gloo + torch optimizer over megatron param groups (see module docstring)."""
 
-    def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization) -> None:
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization | None) -> None:
         if parallel_state.get_pipeline_model_parallel_world_size() > 1:
             raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
         if model.config.sequence_parallel:
@@ -137,7 +138,9 @@ class CpuBackend:
 class GpuBackend:
     """NCCL + megatron DDP / optimizer / schedules (see module docstring)."""
 
-    def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization, bf16: bool) -> None:
+    def __init__(
+        self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization | None, bf16: bool
+    ) -> None:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
         from megatron.core.optimizer import get_megatron_optimizer
@@ -161,7 +164,7 @@ class GpuBackend:
         self.optimizer = get_megatron_optimizer(
             megatron_optimizer_config(cfg, bf16=bf16, distributed=distributed),
             [self.model],
-            config_overrides=overrides(cfg, resolved),
+            config_overrides=overrides(cfg, resolved) if resolved is not None else None,
         )
         patches.check_distinct_groups(self.optimizer.param_groups)
         config.no_sync_func = self.model.no_sync

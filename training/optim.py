@@ -52,9 +52,16 @@ def overrides(cfg: RunConfig, resolved: ResolvedParametrization) -> dict:
     return patches.param_group_overrides(resolved, cfg.optimizer.lr, cfg.optimizer.lr * cfg.optimizer.min_lr_ratio)
 
 
-def build_param_groups(cfg: RunConfig, chunks: list[torch.nn.Module], resolved: ResolvedParametrization) -> list[dict]:
-    """megatron's param groups with the parametrization's per-role LRs (both paths)."""
-    groups = _get_param_groups(chunks, megatron_optimizer_config(cfg), overrides(cfg, resolved))
+def build_param_groups(
+    cfg: RunConfig, chunks: list[torch.nn.Module], resolved: ResolvedParametrization | None
+) -> list[dict]:
+    """megatron's param groups with the parametrization's per-role LRs (both paths).
+
+    ``resolved=None`` gives megatron's stock groups (no overrides): the unpatched reference.
+    """
+    groups = _get_param_groups(
+        chunks, megatron_optimizer_config(cfg), overrides(cfg, resolved) if resolved is not None else None
+    )
     patches.check_distinct_groups(groups)
     return groups
 
@@ -76,7 +83,7 @@ class CpuOptimizer:
     over the model-parallel group, so TP=2 clips exactly as TP=1.
     """
 
-    def __init__(self, cfg: RunConfig, chunks: list[torch.nn.Module], resolved: ResolvedParametrization) -> None:
+    def __init__(self, cfg: RunConfig, chunks: list[torch.nn.Module], resolved: ResolvedParametrization | None) -> None:
         self.groups = build_param_groups(cfg, chunks, resolved)
         self.optimizer = torch_optimizer(cfg, self.groups)
         self.clip_grad = cfg.optimizer.clip_grad

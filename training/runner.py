@@ -201,6 +201,9 @@ class Trainer:
             threads = par.cpu_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
             if threads:
                 torch.set_num_threads(threads)
+            # Denormal floats take a slow microcode path on x86 CPUs (GPUs flush them in bf16
+            # anyway); small Adam second moments and scaled branches produce them routinely.
+            torch.set_flush_denormal(True)
         self.device, self.bf16 = device, bf16
 
         if self.is_main:
