@@ -224,20 +224,20 @@ class GpuBackend:
         self.model.train()
         return loss
 
-    def _sharded_state(self) -> dict[str, Any]:
+    def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
         model_sd = self.model.module.sharded_state_dict()  # DDP has none; Float16Module/GPTModel do
-        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd)}
+        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
 
     def save_state(self, directory: Path) -> None:
         from megatron.core import dist_checkpointing
 
         (directory / "dist").mkdir(exist_ok=True)
         dist.barrier()
-        dist_checkpointing.save(self._sharded_state(), str(directory / "dist"))
+        dist_checkpointing.save(self._sharded_state(is_loading=False), str(directory / "dist"))
 
     def load_state(self, directory: Path, common: dict[str, Any]) -> None:
         from megatron.core import dist_checkpointing
 
-        state = dist_checkpointing.load(self._sharded_state(), str(directory / "dist"))
+        state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / "dist"))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
