@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--local_rank", "--local-rank", dest="local_rank", type=int, default=None, help=argparse.SUPPRESS
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. optimizer.lr=3e-3")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # flags may sit among the key=value overrides
 
 
 def main(argv: list[str] | None = None) -> int:
