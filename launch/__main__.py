@@ -1,0 +1,228 @@
+"""Launch training jobs and resumable LR x depth sweeps: ``python -m launch {job,sweep,run,status}``.
+
+Exit codes: 0 done; 1 a run (or submission) failed; 2 bad input (the message names the file,
+key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or runs left
+pending (rerun to resume). ``job`` under local/torchrun/deepspeed exits with the launcher's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from launch.errors import LaunchError
+from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_RESUMABLE = 0, 1, 2, 4, 75
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch", description=__doc__.splitlines()[0] + " See docs/launch.md."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    job = sub.add_parser("job", help="one training run (local, torchrun, slurm, deepspeed)")
+    job.add_argument("--config", required=True, help="run config YAML; key=value overrides may follow")
+    job.add_argument("--launcher", choices=["local", "torchrun", "slurm", "deepspeed"], default="local")
+    job.add_argument("--nodes", type=int, default=1)
+    job.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (0: CPU)")
+    job.add_argument("--nproc-per-node", type=int, help="processes per node (default: --gpus-per-node, or 1)")
+    job.add_argument("--master-addr", help="host of the first node (multi-node torchrun/deepspeed)")
+    job.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT)
+    job.add_argument("--rdzv-id", help="torchrun rendezvous id (default: the job name)")
+    job.add_argument("--slurm-mode", choices=["torchrun", "srun"], default="torchrun",
+                     help="torchrun: srun one torchrun per node; srun: one task per GPU, SLURM vars -> RANK etc.")  # fmt: skip
+    job.add_argument("--partition")
+    job.add_argument("--account")
+    job.add_argument("--time", help="SLURM time limit, e.g. 04:00:00")
+    job.add_argument("--job-name")
+    job.add_argument("--cpus-per-task", type=int)
+    job.add_argument("--mem")
+    job.add_argument(
+        "--sbatch-line", action="append", default=[], help="extra sbatch option; write it as --sbatch-line=--qos=high"
+    )
+    job.add_argument("--signal-grace", type=int, default=120, help="SIGTERM this many s before the time limit")
+    job.add_argument("--setup", action="append", default=[], help="shell line run before the command")
+    job.add_argument("--hostfile", help="DeepSpeed hostfile ('host slots=N' lines)")
+    job.add_argument("--deepspeed-launcher", choices=list(DEEPSPEED_BACKENDS), default="pdsh")
+    job.add_argument("--force", action="store_true", help="pass --force: rerun a completed/diverged run dir")
+    job.add_argument("--train-cmd", help="trainer command (default: $DEPTHMUP_TRAIN_CMD or python train_gpt.py)")
+    job.add_argument("--dry-run", action="store_true", help="print the script, run nothing")
+
+    sweep = sub.add_parser("sweep", help="expand a sweep spec and run (or submit) its pending runs")
+    sweep.add_argument("spec", help="sweep spec YAML; key=value overrides of the spec may follow")
+    sweep.add_argument("--sweep-dir", help="default: sweeps/<name>")
+    sweep.add_argument("--executor", choices=["local", "slurm"], help="default: the spec's executor.kind")
+    sweep.add_argument(
+        "--train-cmd", help="trainer command (default: spec train_cmd, $DEPTHMUP_TRAIN_CMD, train_gpt.py)"
+    )
+    sweep.add_argument("--allow-base-change", action="store_true", help="re-expand although the base config changed")
+    _executor_flags(sweep)
+    sweep.add_argument("--dry-run", action="store_true", help="print the plan (or the array script), run nothing")
+
+    run = sub.add_parser("run", help="run the pending runs of an expanded sweep directory (no spec needed)")
+    run.add_argument("sweep_dir")
+    run.add_argument("--only", nargs="+", metavar="RUN_ID", help="just these runs")
+    _executor_flags(run)
+
+    status = sub.add_parser("status", help="counts by status; writes SWEEP_DIR/results.csv")
+    status.add_argument("sweep_dir")
+    return parser
+
+
+def _executor_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-parallel", type=int, help="runs at a time (default: the spec's executor.max_parallel)")
+    parser.add_argument("--max-retries", type=int, help="failed attempts allowed after the first")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Options may come before or after the ``key=value`` overrides."""
+    args, rest = parser.parse_known_args(argv)
+    bad = [r for r in rest if r.startswith("-") or "=" not in r]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    return args, rest
+
+
+def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> int:
+    from launch.job import JobRequest, run_job
+    from launch.scripts import SlurmOptions
+
+    slurm = SlurmOptions(
+        partition=args.partition,
+        account=args.account,
+        time=args.time,
+        job_name=args.job_name,
+        cpus_per_task=args.cpus_per_task,
+        mem=args.mem,
+        sbatch_lines=args.sbatch_line,
+        setup=args.setup,
+        signal_grace_s=args.signal_grace,
+    )
+    req = JobRequest(
+        config=args.config,
+        overrides=overrides,
+        launcher=args.launcher,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        nproc_per_node=args.nproc_per_node,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        rdzv_id=args.rdzv_id,
+        slurm_mode=args.slurm_mode,
+        slurm=slurm,
+        hostfile=args.hostfile,
+        deepspeed_launcher=args.deepspeed_launcher,
+        force=args.force,
+        train_cmd=args.train_cmd,
+    )
+    return run_job(req, dry_run=args.dry_run)
+
+
+def _check_positive(name: str, value: Optional[int], low: int) -> None:
+    if value is not None and value < low:
+        raise LaunchError(f"{name}: must be >= {low}, got {value}")
+
+
+def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> int:
+    from launch.executor_local import execute, select_runs
+    from launch.status import collect_states, count_states, print_report, write_results
+
+    execution = execute(
+        sweep_dir,
+        plan,
+        only=only,
+        max_parallel=args.max_parallel,
+        max_retries=args.max_retries,
+        progress=not args.no_progress,
+    )
+    states = collect_states(sweep_dir, plan)
+    print_report(sweep_dir, plan, states, sys.stdout)
+    path, rows = write_results(sweep_dir, plan, states)
+    print(f"wrote {path} ({rows} rows)")
+    selected = {run.run_id for run in select_runs(plan, only)}
+    counts = count_states({rid: s for rid, s in states.items() if rid in selected})
+    if execution.interrupted:
+        return EXIT_RESUMABLE
+    if counts["failed"]:
+        return EXIT_FAILED
+    if counts["running"]:
+        return EXIT_BUSY
+    return EXIT_RESUMABLE if counts["pending"] else EXIT_OK
+
+
+def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> int:
+    from launch.executor_slurm import submit_array
+    from launch.run_state import run_state
+    from launch.sweep_dir import run_dir, write_plan
+    from launch.sweep_spec import expand, load_spec
+
+    _check_positive("--max-parallel", args.max_parallel, 1)
+    _check_positive("--max-retries", args.max_retries, 0)
+    spec = load_spec(args.spec, spec_overrides)
+    plan = expand(args.spec, spec, args.train_cmd)
+    if args.max_retries is not None:
+        plan.executor.max_retries = args.max_retries
+    sweep_dir = Path(args.sweep_dir or Path("sweeps") / plan.name).resolve()
+    executor = args.executor or plan.executor.kind
+    max_parallel = args.max_parallel or plan.executor.max_parallel
+    if executor == "slurm":
+        if not args.dry_run:
+            write_plan(sweep_dir, plan, allow_base_change=args.allow_base_change)
+        return submit_array(sweep_dir, plan, max_parallel=max_parallel, dry_run=args.dry_run, cwd=Path.cwd())
+    if args.dry_run:
+        print(f"sweep {plan.name}: {len(plan.runs)} runs -> {sweep_dir}")
+        for run in plan.runs:
+            state = run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries)
+            action = "run" if state.needs_work else "skip"
+            print(f"  {action:<4} {state.status:<9} {run.run_id}  {run.point}")
+        return EXIT_OK
+    write_plan(sweep_dir, plan, allow_base_change=args.allow_base_change)
+    return _execute_and_report(sweep_dir, plan, args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from launch.sweep_dir import read_plan
+
+    _check_positive("--max-parallel", args.max_parallel, 1)
+    _check_positive("--max-retries", args.max_retries, 0)
+    sweep_dir = Path(args.sweep_dir).resolve()
+    return _execute_and_report(sweep_dir, read_plan(sweep_dir), args, only=args.only)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from launch.status import collect_states, print_report, write_results
+    from launch.sweep_dir import read_plan
+
+    sweep_dir = Path(args.sweep_dir).resolve()
+    plan = read_plan(sweep_dir)
+    states = collect_states(sweep_dir, plan)
+    print_report(sweep_dir, plan, states, sys.stdout)
+    path, rows = write_results(sweep_dir, plan, states)
+    print(f"wrote {path} ({rows} rows)")
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    args, extra = _split_overrides(parser, sys.argv[1:] if argv is None else argv)
+    try:
+        if args.command == "job":
+            return _cmd_job(args, extra)
+        if args.command == "sweep":
+            return _cmd_sweep(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return _cmd_run(args) if args.command == "run" else _cmd_status(args)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

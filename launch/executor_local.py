@@ -1,0 +1,150 @@
+"""Run a sweep's pending runs on this machine, K at a time, until each is final or out of retries.
+
+Single-threaded on purpose: children are started from the main thread so that their
+parent-death signal fires only when this process dies (see :mod:`launch.processes`).
+A SIGTERM/SIGINT/SIGHUP is forwarded to every running trainer (they checkpoint and exit
+75); nothing new starts, and the executor returns once they are all gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+from typing import IO, Optional
+
+from tqdm import tqdm
+
+from launch import attempts
+from launch.contract import LOCK_FILE
+from launch.errors import LaunchError
+from launch.launchers import Topology, torchrun_command
+from launch.outcomes import MAX_PREEMPT_REQUEUES, outcome_of
+from launch.processes import forwarding_signals, start_child
+from launch.resources import Slot, make_slots
+from launch.run_state import lock_held, run_state
+from launch.sweep_dir import run_dir
+from launch.sweep_plan import PlannedRun, SweepPlan
+
+POLL_SECONDS = 0.1
+OUTPUT_LOG = Path("launch") / "output.log"
+
+
+@dataclass
+class Execution:
+    """What one executor invocation did (the runs' states are read from their directories)."""
+
+    started: int = 0  # attempts started
+    interrupted: bool = False  # a signal stopped it; unfinished runs resume on rerun
+
+
+@dataclass
+class _Active:
+    run: PlannedRun
+    slot: Slot
+    proc: Popen
+    attempt_id: str
+    log: IO[str]
+
+
+def select_runs(plan: SweepPlan, only: Optional[list[str]]) -> list[PlannedRun]:
+    if not only:
+        return list(plan.runs)
+    known = {run.run_id for run in plan.runs}
+    unknown = [rid for rid in only if rid not in known]
+    if unknown:
+        raise LaunchError(f"sweep {plan.name!r} has no run(s) {unknown}")
+    return [run for run in plan.runs if run.run_id in set(only)]
+
+
+def _argv(plan: SweepPlan, sweep_dir: Path, run: PlannedRun, slot: Slot) -> list[str]:
+    argv = plan.train_invocation(sweep_dir, run).argv()
+    if len(slot.gpus) > 1:
+        argv = [str(t) for t in torchrun_command(Topology(1, len(slot.gpus)), argv)]
+    return argv
+
+
+def execute(
+    sweep_dir: Path,
+    plan: SweepPlan,
+    *,
+    only: Optional[list[str]] = None,
+    max_parallel: Optional[int] = None,
+    max_retries: Optional[int] = None,
+    progress: bool = True,
+) -> Execution:
+    """Run every selected run that needs work; retry failures up to ``max_retries``."""
+    max_parallel = max_parallel or plan.executor.max_parallel
+    max_retries = plan.executor.max_retries if max_retries is None else max_retries
+    result = Execution()
+    todo: deque[PlannedRun] = deque()
+    for run in select_runs(plan, only):
+        rd = run_dir(sweep_dir, run.run_id)
+        if run_state(rd, max_retries).needs_work and not lock_held(rd / LOCK_FILE):
+            todo.append(run)
+    if not todo:
+        return result
+    if not shutil.which(plan.train_cmd[0]):
+        raise LaunchError(f"trainer command not found: {plan.train_cmd[0]!r} (sweep.yaml train_cmd: {plan.train_cmd})")
+
+    slots = make_slots(max_parallel, plan.executor.gpus_per_run)
+    free = list(reversed(slots))
+    active: list[_Active] = []
+    requeues: dict[str, int] = {}
+    tqdm.monitor_interval = 0  # no monitor thread: children are forked with a preexec_fn
+    bar = tqdm(total=len(todo), unit="run", desc=plan.name, file=sys.stderr, disable=not progress, dynamic_ncols=True)
+
+    def start(run: PlannedRun, slot: Slot) -> None:
+        rd = run_dir(sweep_dir, run.run_id)
+        argv = _argv(plan, sweep_dir, run, slot)
+        log_path = rd / OUTPUT_LOG
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "a")
+        log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
+        log.flush()
+        proc = start_child(argv, env={**os.environ, **slot.env}, stdout=log)
+        active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log))
+        result.started += 1
+
+    def finish(item: _Active, stopping: bool) -> None:
+        rd = run_dir(sweep_dir, item.run.run_id)
+        code = item.proc.returncode
+        outcome = outcome_of(code, stopping=stopping)
+        log = attempts.finish(rd, item.attempt_id, code, outcome.name, held_lock=outcome.had_lock)
+        item.log.close()
+        rid = item.run.run_id
+        note = ""
+        again = outcome.retry and not stopping
+        if again and outcome.counts_as_failure:
+            again = log.failures <= max_retries
+            note = f", failed attempt {log.failures} of {max_retries + 1}" + ("" if again else ": gave up")
+        elif again:
+            requeues[rid] = requeues.get(rid, 0) + 1
+            again = requeues[rid] <= MAX_PREEMPT_REQUEUES
+        bar.write(f"[launch] {rid}: {outcome.name} (exit {code}){note}{', retrying' if again else ''}", file=sys.stderr)
+        if again:
+            todo.append(item.run)
+        else:
+            bar.update(1)
+
+    with forwarding_signals(lambda: [a.proc for a in active]) as received:
+        while active or (todo and not received):
+            while todo and free and not received:
+                start(todo.popleft(), free.pop())
+                if received:  # the signal came while this child was being started
+                    active[-1].proc.terminate()
+            time.sleep(POLL_SECONDS)
+            for item in [a for a in active if a.proc.poll() is not None]:
+                active.remove(item)
+                free.append(item.slot)
+                finish(item, stopping=bool(received))
+    bar.close()
+    result.interrupted = bool(received)
+    return result

@@ -1,0 +1,59 @@
+"""What one machine offers the local executor: GPU slots, or CPU threads per run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Optional
+
+from launch.errors import LaunchError
+
+CPU_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one run executes: its GPUs (empty on CPU) and the environment that pins it there."""
+
+    index: int
+    gpus: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids from ``$CUDA_VISIBLE_DEVICES`` (SLURM sets it), else ``nvidia-smi -L``, else none."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and not g.strip().startswith("-")]
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+        return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+    return []
+
+
+def make_slots(
+    max_parallel: int, gpus_per_run: int, gpus: Optional[list[str]] = None, cpus: Optional[int] = None
+) -> list[Slot]:
+    """``max_parallel`` slots: disjoint ``gpus_per_run`` GPUs each where GPUs exist (fewer slots if
+    they run out), else (or with ``gpus_per_run`` 0) ``OMP_NUM_THREADS = max(1, cpus // max_parallel)`` each."""
+    gpus = (visible_gpus() if gpus is None else gpus) if gpus_per_run > 0 else []
+    if gpus:
+        count = min(max_parallel, len(gpus) // gpus_per_run)
+        if count == 0:
+            raise LaunchError(f"executor.gpus_per_run={gpus_per_run} but only {len(gpus)} GPU(s) visible: {gpus}")
+        slots = []
+        for i in range(count):
+            mine = tuple(gpus[i * gpus_per_run : (i + 1) * gpus_per_run])
+            slots.append(Slot(i, mine, {"CUDA_VISIBLE_DEVICES": ",".join(mine)}))
+        return slots
+    threads = str(max(1, (cpus or cpu_count()) // max_parallel))
+    return [Slot(i, (), dict.fromkeys(CPU_THREAD_VARS, threads)) for i in range(max_parallel)]

@@ -1,0 +1,160 @@
+"""``python -m launch status``: counts by status and ``results.csv`` (docs/contracts.md).
+
+One row per run and eval point: every fraction in the run's ``eval.at`` (empty ``step`` and
+``val_loss`` where the run has not got there), plus a row for each other recorded eval
+(``eval.interval``). Key columns come from the run's ``config.yaml`` once it has started,
+else from the values resolved when the sweep was expanded. The file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+import yaml
+
+from launch.contract import (
+    CANONICAL_KEYS,
+    CONFIG_FILE,
+    EVAL_AT_KEY,
+    FINAL_STATUSES,
+    METRICS_FILE,
+    STEPS_KEY,
+    TAIL_COLUMNS,
+    canonical_values,
+)
+from launch.run_state import STATUSES, RunState, read_summary, run_state
+from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
+from launch.sweep_plan import PlannedRun, SweepPlan
+from runconfig import atomic_write_text, flatten
+
+FRACTION_ATOL = 1e-6
+RESULT_STATUS = {"completed": "completed", "diverged": "diverged", "failed": "failed", "running": "pending"}
+
+
+def collect_states(sweep_dir: Path, plan: SweepPlan) -> dict[str, RunState]:
+    return {run.run_id: run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries) for run in plan.runs}
+
+
+def count_states(states: Mapping[str, RunState]) -> dict[str, int]:
+    counts = dict.fromkeys(STATUSES, 0)
+    for state in states.values():
+        counts[state.status] += 1
+    return counts
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _run_config(rd: Path, run: PlannedRun) -> dict[str, Any]:
+    """The expansion-time values, overlaid with the run's own resolved ``config.yaml`` if any."""
+    try:
+        written = yaml.safe_load((rd / CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        written = None
+    return {**run.resolved, **(flatten(written) if isinstance(written, dict) else {})}
+
+
+def _metrics_evals(rd: Path) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        lines = (rd / METRICS_FILE).read_text().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut short by a hard kill
+            continue
+        if isinstance(row, dict) and row.get("kind") == "eval":
+            rows.append(row)
+    return rows
+
+
+def recorded_evals(rd: Path) -> list[dict[str, Any]]:
+    """Evals of a finished run from ``summary.json``; of any other run from ``metrics.jsonl``."""
+    summary = read_summary(rd)
+    if summary is not None and summary.get("status") in FINAL_STATUSES and isinstance(summary.get("evals"), list):
+        return [e for e in summary["evals"] if isinstance(e, dict)]
+    return _metrics_evals(rd)
+
+
+def eval_points(
+    fractions: Iterable[float], steps: int, recorded: Iterable[Mapping[str, Any]]
+) -> list[tuple[float, Optional[int], Optional[float]]]:
+    """(fraction, step, val_loss) for each planned fraction, then each unplanned recorded eval.
+
+    A recorded eval belongs to a planned fraction when its fraction matches, or failing
+    that when its step is that fraction of ``steps`` rounded down, up or to nearest.
+    """
+    planned: list[float] = []
+    for f in fractions:
+        if not any(abs(f - p) <= FRACTION_ATOL for p in planned):
+            planned.append(float(f))
+    found: dict[float, Mapping[str, Any]] = {}
+    extra: dict[float, Mapping[str, Any]] = {}
+    for rec in recorded:
+        frac, step = rec.get("fraction"), rec.get("step")
+        target = next((p for p in planned if frac is not None and abs(p - frac) <= FRACTION_ATOL), None)
+        if target is None and step is not None:
+            target = next(
+                (p for p in planned if step in {math.floor(p * steps), math.ceil(p * steps), round(p * steps)}), None
+            )
+        if target is not None:
+            found[target] = rec
+        elif frac is not None or (step is not None and steps):
+            extra[round(float(frac if frac is not None else step / steps), 12)] = rec
+    rows = [(p, found.get(p, {})) for p in planned] + sorted(extra.items())
+    return [(fraction, rec.get("step"), rec.get("val_loss")) for fraction, rec in rows]
+
+
+def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> list[list[str]]:
+    extra_keys = sorted(k for k in plan.grid if k not in CANONICAL_KEYS)
+    table = [["run_id", *CANONICAL_KEYS, *extra_keys, *TAIL_COLUMNS]]
+    for run in plan.runs:
+        rd = run_dir(sweep_dir, run.run_id)
+        cfg = _run_config(rd, run)
+        keys = [*canonical_values(cfg).values(), *(cfg.get(k) for k in extra_keys)]
+        status = RESULT_STATUS.get(states[run.run_id].status, "pending")
+        for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
+            table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
+    return table
+
+
+def write_results(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> tuple[Path, int]:
+    buf = io.StringIO()
+    table = results_table(sweep_dir, plan, states)
+    csv.writer(buf, lineterminator="\n").writerows(table)
+    path = sweep_dir / RESULTS_FILE
+    atomic_write_text(path, buf.getvalue())
+    return path, len(table) - 1
+
+
+def print_report(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState], out: TextIO) -> None:
+    counts = count_states(states)
+    print(f"sweep {plan.name}: {len(plan.runs)} runs in {sweep_dir}", file=out)
+    for status, n in counts.items():
+        print(f"  {status:<10} {n}", file=out)
+    failed = [(rid, s) for rid, s in states.items() if s.status == "failed"]
+    if failed:
+        print("failed runs:", file=out)
+        for rid, state in failed:
+            print(f"  {rid}: {state.detail}", file=out)
+    orphans = orphan_run_dirs(sweep_dir, plan)
+    if orphans:
+        print(f"note: {len(orphans)} run dir(s) under runs/ are not in sweep.yaml (an earlier expansion): "
+              f"{', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}", file=out)  # fmt: skip

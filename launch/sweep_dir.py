@@ -1,0 +1,61 @@
+"""The sweep directory on disk: ``sweep.yaml``, the base-config snapshot, ``runs/ID/``.
+
+The base config is copied into the sweep directory when the sweep is first expanded and
+every run reads the copy, so editing ``configs/*.yaml`` later cannot silently change the
+runs of a sweep half-way; re-expanding against a changed base is refused unless asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from launch.errors import LaunchError
+from launch.sweep_plan import BASE_SNAPSHOT, RUNS_DIR, SweepPlan
+from runconfig import atomic_write_text
+
+SWEEP_FILE = "sweep.yaml"
+RESULTS_FILE = "results.csv"
+
+
+def run_dir(sweep_dir: Path, run_id: str) -> Path:
+    return sweep_dir / RUNS_DIR / run_id
+
+
+def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> None:
+    """Snapshot the base config (refusing a changed one) and write ``sweep.yaml``, atomically."""
+    source = Path(plan.base_config_source)
+    snapshot = sweep_dir / BASE_SNAPSHOT
+    text = source.read_text()
+    if snapshot.is_file() and yaml.safe_load(snapshot.read_text()) != yaml.safe_load(text) and not allow_base_change:
+        raise LaunchError(
+            f"{source} differs from the snapshot {snapshot} this sweep's runs were started with; "
+            "use a new --sweep-dir, restore the file, or pass --allow-base-change "
+            "(finished runs are kept and not rerun)"
+        )
+    atomic_write_text(snapshot, text)
+    atomic_write_text(sweep_dir / SWEEP_FILE, yaml.safe_dump(plan.to_dict(), sort_keys=False, width=1000))
+    (sweep_dir / RUNS_DIR).mkdir(exist_ok=True)
+
+
+def read_plan(sweep_dir: Path) -> SweepPlan:
+    path = sweep_dir / SWEEP_FILE
+    if not path.is_file():
+        raise LaunchError(
+            f"{path} not found: expand the sweep first with `python -m launch sweep SPEC --sweep-dir DIR`"
+        )
+    try:
+        return SweepPlan.from_dict(yaml.safe_load(path.read_text()))
+    except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise LaunchError(f"{path}: not a sweep file written by launch ({exc})") from None
+
+
+def orphan_run_dirs(sweep_dir: Path, plan: SweepPlan) -> list[str]:
+    """Run directories from an earlier expansion (other fixed overrides) that the plan no longer lists
+    (dot-folders such as the trainer's ``.index_cache`` are not runs)."""
+    known = {run.run_id for run in plan.runs}
+    runs = sweep_dir / RUNS_DIR
+    if not runs.is_dir():
+        return []
+    return sorted(p.name for p in runs.iterdir() if p.is_dir() and p.name not in known and not p.name.startswith("."))

@@ -1,0 +1,81 @@
+"""An expanded sweep: every run with its ID and overrides, and how to run them.
+
+This is what ``SWEEP_DIR/sweep.yaml`` holds. Executors and ``status`` work from it alone
+(no re-validation, no spec file needed), so resuming a sweep is cheap and a SLURM array
+task needs nothing but the sweep directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launch.commands import TrainInvocation, format_override
+from launch.errors import LaunchError
+
+RUNS_DIR = "runs"
+BASE_SNAPSHOT = "base_config.yaml"
+
+
+@dataclass
+class ExecutorSettings:
+    """How runs are executed; the sweep spec's ``executor:`` section."""
+
+    kind: str = "local"  # local | slurm
+    max_parallel: int = 1  # runs at a time (local: one per GPU slot; slurm: the array's %K)
+    max_retries: int = 2  # failed attempts allowed after the first one; preemptions do not count
+    gpus_per_run: int = 1  # 0: CPU runs; > 1: each trainer runs under torchrun --standalone
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "slurm"):
+            raise ValueError(f"executor.kind: must be 'local' or 'slurm', got {self.kind!r}")
+        for key, low in (("max_parallel", 1), ("max_retries", 0), ("gpus_per_run", 0)):
+            if getattr(self, key) < low:
+                raise ValueError(f"executor.{key}: must be >= {low}, got {getattr(self, key)!r}")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    run_id: str
+    point: dict[str, Any]  # the grid values of this run (dotted key -> value)
+    resolved: dict[str, Any]  # canonical + swept keys, eval.at, training.steps from its full config
+
+
+@dataclass
+class SweepPlan:
+    name: str
+    spec_file: str
+    base_config_source: str  # the spec's base config; runs use the snapshot in the sweep dir
+    fixed: dict[str, Any]  # overrides applied to every run
+    grid: dict[str, list[Any]]  # dotted key -> expanded values, in spec order
+    executor: ExecutorSettings
+    slurm: dict[str, Any]  # launch.scripts.SlurmOptions fields
+    train_cmd: list[str]
+    runs: list[PlannedRun] = field(default_factory=list)
+
+    def run(self, run_id: str) -> PlannedRun:
+        for run in self.runs:
+            if run.run_id == run_id:
+                return run
+        raise LaunchError(f"sweep {self.name!r} has no run {run_id!r}")
+
+    def train_invocation(self, sweep_dir: Path, run: PlannedRun) -> TrainInvocation:
+        """The trainer call of ``run``: the base snapshot, fixed overrides, grid values, run.dir."""
+        sweep_dir = sweep_dir.resolve()
+        overrides = [format_override(k, v) for k, v in {**self.fixed, **run.point}.items()]
+        overrides.append(format_override("run.dir", str(sweep_dir / RUNS_DIR / run.run_id)))
+        return TrainInvocation(tuple(self.train_cmd), str(sweep_dir / BASE_SNAPSHOT), tuple(overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["runs"] = [{"id": r.run_id, "point": r.point, "resolved": r.resolved} for r in self.runs]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepPlan:
+        fields = dict(data)
+        runs = [PlannedRun(r["id"], dict(r["point"]), dict(r["resolved"])) for r in fields.pop("runs")]
+        executor = ExecutorSettings(**fields.pop("executor"))
+        return cls(**fields, executor=executor, runs=runs)

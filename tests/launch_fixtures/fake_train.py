@@ -1,0 +1,246 @@
+"""A stand-in for train_gpt.py that honours its run-directory contract (docs/contracts.md).
+
+Same command line (``--config FILE [key=value ...] [--force]``, plus ``--local_rank=N`` /
+``--local-rank N``), same config loading (``runconfig.load_config(RunConfig, ...)``: a bad
+key exits 2), the ``flock`` on ``RUN_DIR/.lock`` (busy: exit 4), atomic ``config.yaml``,
+``metrics.jsonl`` (rows past the restored checkpoint dropped on resume),
+``checkpoints/step_XXXXXXXX`` + ``latest``, ``summary.json``, and the exit codes 0/1/3/75.
+A run dir whose summary says completed/diverged is left alone unless ``--force``.
+
+Test knobs (environment):
+  FAKE_STEP_SECONDS   sleep per step (default 0.02)
+  FAKE_STARTUP_SECONDS  sleep before anything, with default signal handling (like a slow import)
+  FAKE_DIVERGE_LR     optimizer.lr above this diverges at step 3 (default 0.01)
+  FAKE_FAIL_MATCH     runs whose run.dir contains this text crash (exit 1) at step 2 ...
+  FAKE_FAIL_TIMES     ... on their first N starts (default: always)
+Every start appends {"event": "start", "pid", "start_step", "time"} to RUN_DIR/fake_events.jsonl
+and every exit an "end" event, so tests can count attempts and check they never overlap.
+Under torchrun (WORLD_SIZE > 1) the ranks all-reduce over gloo and rank 0 writes dist.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+# patches/__init__.py imports Megatron (seconds); the schema needs only patches.parametrization,
+# so this stand-in registers the package without running its __init__ (this process only).
+_pkg = types.ModuleType("patches")
+_pkg.__path__ = [str(REPO / "patches")]
+sys.modules.setdefault("patches", _pkg)
+
+from runconfig import ConfigError, atomic_write_text, dump_yaml, load_config  # noqa: E402
+from runconfig.schema import RunConfig  # noqa: E402
+
+PREEMPT = {"signal": None}
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    PREEMPT["signal"] = signum
+
+
+def _event(run_dir: Path, **fields: object) -> None:
+    with open(run_dir / "fake_events.jsonl", "a") as fh:
+        fh.write(json.dumps({**fields, "pid": os.getpid(), "time": time.time()}) + "\n")
+
+
+def _starts(run_dir: Path) -> int:
+    path = run_dir / "fake_events.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if json.loads(line)["event"] == "start")
+
+
+def _save_checkpoint(run_dir: Path, step: int, keep: int) -> None:
+    ckpts = run_dir / "checkpoints"
+    folder = ckpts / f"step_{step:08d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "state.json", json.dumps({"step": step}))
+    atomic_write_text(ckpts / "latest", folder.name)
+    for old in sorted(p for p in ckpts.iterdir() if p.is_dir() and p.name.startswith("step_"))[:-keep]:
+        shutil.rmtree(old)
+
+
+def _restore(run_dir: Path) -> int:
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.exists():
+        return 0
+    return json.loads((run_dir / "checkpoints" / latest.read_text().strip() / "state.json").read_text())["step"]
+
+
+def _metrics(run_dir: Path, upto: int) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    rows = [r for r in rows if r["step"] <= upto]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def _append(run_dir: Path, row: dict) -> None:
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step: int, started: float) -> None:
+    rows = _metrics(run_dir, step)
+    evals = [
+        {"step": r["step"], "fraction": r["fraction"], "val_loss": r["val_loss"]} for r in rows if r["kind"] == "eval"
+    ]
+    train = [r for r in rows if r["kind"] == "train"]
+    tokens = step * cfg.training.global_batch_size * cfg.model.seq_length
+    final_frac = max(cfg.eval.at)
+    summary = {
+        "status": status,
+        "reason": reason,
+        "exit_code": code,
+        "steps": step,
+        "target_steps": cfg.training.steps,
+        "tokens": tokens,
+        "evals": evals,
+        "final_val_loss": next((e["val_loss"] for e in evals if e["fraction"] == final_frac), None),
+        "final_train_loss": train[-1]["loss"] if train else None,
+        "wall_time_s": time.time() - started,
+        "preset": cfg.parametrization.preset,
+        "num_layers": cfg.model.num_layers,
+        "hidden_size": cfg.model.hidden_size,
+        "lr": cfg.optimizer.lr,
+        "block_multiplier": cfg.parametrization.block_multiplier,
+        "seed": cfg.run.seed,
+        "base_num_layers": cfg.parametrization.base_num_layers or cfg.model.num_layers,
+        "optimizer": cfg.optimizer.name,
+    }
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
+
+
+def _all_reduce(rank: int, world: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    return float(value.item())
+
+
+def main() -> int:
+    time.sleep(float(os.environ.get("FAKE_STARTUP_SECONDS", "0")))  # like importing Megatron: no handlers yet
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None)
+    args, overrides = parser.parse_known_args()
+    bad = [o for o in overrides if o.startswith("-")]
+    if bad:
+        print(f"fake_train: unknown option {bad[0]}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(RunConfig, args.config, overrides)
+        cfg.check_data_source()
+    except (ConfigError, ValueError) as exc:
+        print(f"fake_train: {exc}", file=sys.stderr)
+        return 2
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    run_dir = Path(cfg.run.dir)
+    if world > 1:
+        total = _all_reduce(rank, world)
+        if rank != 0:
+            import torch.distributed as dist
+
+            dist.barrier()
+            return 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(run_dir / ".lock", "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"fake_train: {run_dir} is locked by another process", file=sys.stderr)
+        return 4
+    code = _train(cfg, run_dir, args.force)
+    if world > 1:
+        import torch.distributed as dist
+
+        atomic_write_text(run_dir / "dist.json", json.dumps({"world_size": world, "all_reduce_sum": total}))
+        dist.barrier()
+    return code
+
+
+def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists() and not force:
+        recorded = json.loads(summary_path.read_text())
+        if recorded["status"] in ("completed", "diverged"):
+            _event(run_dir, event="skip", status=recorded["status"])
+            return recorded["exit_code"]
+    if force:
+        for name in ("summary.json", "metrics.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    started = time.time()
+    attempt = _starts(run_dir) + 1
+    step = _restore(run_dir)
+    _metrics(run_dir, step)
+    _event(
+        run_dir,
+        event="start",
+        start_step=step,
+        attempt=attempt,
+        omp=os.environ.get("OMP_NUM_THREADS"),
+        gpus=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
+
+    steps = cfg.training.steps
+    eval_steps = {max(1, round(f * steps)): f for f in cfg.eval.at}
+    step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0.02"))
+    diverge_lr = float(os.environ.get("FAKE_DIVERGE_LR", "0.01"))
+    fail_match = os.environ.get("FAKE_FAIL_MATCH")
+    fail_times = int(os.environ.get("FAKE_FAIL_TIMES", "1000000"))
+
+    def end(status: str, reason, code: int) -> int:
+        if status:
+            _summary(run_dir, cfg, status, reason, code, step, started)
+        _event(run_dir, event="end", exit_code=code, step=step)
+        return code
+
+    while step < steps:
+        if PREEMPT["signal"] is not None:
+            _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
+            return end("failed", f"preempted by signal {PREEMPT['signal']} at step {step}", 75)
+        if fail_match and fail_match in str(run_dir) and attempt <= fail_times and step == 2:
+            return end("failed", f"RuntimeError: injected failure at step {step}", 1)
+        time.sleep(step_s)
+        step += 1
+        loss = 6.0 / (1.0 + step * cfg.optimizer.lr * 50) + 0.01 * cfg.model.num_layers
+        if cfg.optimizer.lr > diverge_lr and step >= 3:
+            _append(run_dir, {"kind": "train", "step": step, "loss": math.nan})
+            return end("diverged", f"loss is nan at step {step}", 3)
+        _append(run_dir, {"kind": "train", "step": step, "tokens": step * 512, "loss": loss, "grad_norm": 1.0})
+        if step in eval_steps:
+            row = {
+                "kind": "eval",
+                "step": step,
+                "fraction": eval_steps[step],
+                "tokens": step * 512,
+                "val_loss": loss + 0.1,
+            }
+            _append(run_dir, row)
+        _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
+    return end("completed", None, 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The key launch tests against the real train_gpt.py (skipped until it exists).
+
+Same scenarios as the stand-in tests (test_launch_sweep_run.py, test_launch_torchrun.py) with
+assertions that do not depend on the stand-in's event log: attempts.json, summary.json,
+metrics.jsonl and results.csv. The heavy ones are marked slow (``pytest -m slow``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch import attempts
+from launch.__main__ import main
+from launch.sweep_dir import read_plan, write_plan
+from launch.sweep_spec import expand, load_spec
+from tests.launch_fixtures.helpers import REPO, TINY_BASE, TRAIN_GPT, derived_spec, env_with, needs_train_gpt, read_csv
+
+pytestmark = needs_train_gpt
+
+
+@pytest.fixture(autouse=True)
+def real_trainer(monkeypatch):
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+
+
+def _check_sweep(sweep_dir: Path, n_runs: int) -> None:
+    plan = read_plan(sweep_dir)
+    assert len(plan.runs) == n_runs
+    for run in plan.runs:
+        rd = sweep_dir / "runs" / run.run_id
+        summary = json.loads((rd / "summary.json").read_text())
+        assert summary["status"] in ("completed", "diverged")
+        config = yaml.safe_load((rd / "config.yaml").read_text())
+        assert config["run"]["dir"] == str(rd)
+        assert config["model"]["num_layers"] == run.point.get("model.num_layers", config["model"]["num_layers"])
+        train_steps = [r["step"] for r in map(json.loads, (rd / "metrics.jsonl").read_text().splitlines())
+                       if r["kind"] == "train"]  # fmt: skip
+        assert len(train_steps) == len(set(train_steps))  # no step logged twice, resumed or not
+    rows = read_csv(sweep_dir / "results.csv")
+    fractions = {len(r.resolved["eval.at"]) for r in plan.runs}
+    assert len(rows) == n_runs * fractions.pop()
+    assert len({(r["run_id"], r["fraction"]) for r in rows}) == len(rows)
+
+
+def test_real_single_run_sweep_and_status(tmp_path):
+    spec = derived_spec(tmp_path, grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+                        overrides={"training.steps": 10, "parametrization.base_num_layers": 2})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+    _check_sweep(sweep_dir, 1)
+    (rd,) = (sweep_dir / "runs").iterdir()
+    assert len(attempts.read(rd).attempts) == 1
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+    assert len(attempts.read(rd).attempts) == 1  # a finished run is not started again
+
+
+def test_real_trainer_rejects_bad_key_and_busy_run_dir(tmp_path):
+    bad = subprocess.run([sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), "model.num_layerz=3"],
+                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "num_layerz" in bad.stderr
+    run_dir = tmp_path / "busy"
+    run_dir.mkdir()
+    with open(run_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = subprocess.run([sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), f"run.dir={run_dir}"],
+                              cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert busy.returncode == 4
+    assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_real_tiny_sweep_completes(tmp_path):
+    sweep_dir = tmp_path / "sw"
+    spec = REPO / "configs" / "sweeps" / "tiny_cpu.yaml"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+    _check_sweep(sweep_dir, 12)
+    for rd in (sweep_dir / "runs").iterdir():
+        assert len(attempts.read(rd).attempts) == 1
+
+
+@pytest.mark.slow
+def test_real_sigkilled_sweep_resumes(tmp_path):
+    spec = derived_spec(tmp_path, overrides={"training.steps": 40, "parametrization.base_num_layers": 2,
+                                             "checkpoint.interval": 5})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    proc = subprocess.Popen([sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"], cwd=REPO,
+                            env=env_with(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 600
+
+    def mid_run() -> bool:  # a run with a periodic checkpoint and no summary yet
+        return any(not (p.parent.parent / "summary.json").exists() for p in sweep_dir.glob("runs/*/checkpoints/latest"))
+
+    while not (list(sweep_dir.glob("runs/*/summary.json")) and mid_run()):
+        assert time.time() < deadline, "no run finished in time"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(30)  # the orphaned trainers checkpoint and exit 75 (parent-death SIGTERM)
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+    _check_sweep(sweep_dir, 12)
+    for rd in (sweep_dir / "runs").iterdir():
+        log = attempts.read(rd)
+        assert log.failures == 0 and 1 <= len(log.attempts) <= 2
+        if len(log.attempts) == 2:
+            assert log.attempts[0].outcome in ("interrupted", "preempted")
+
+
+@pytest.mark.slow
+def test_real_two_process_torchrun_job(tmp_path):
+    run_dir = tmp_path / "tr"
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=10"]
+    assert main([*argv, "--launcher", "torchrun", "--nproc-per-node", "2"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"

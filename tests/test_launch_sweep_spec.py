@@ -1,0 +1,162 @@
+"""Sweep specs: expansion, deterministic run IDs, validation errors that name the culprit."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from launch.__main__ import main
+from launch.commands import format_override, trainer_command
+from launch.errors import LaunchError
+from launch.run_ids import run_id
+from launch.sweep_dir import read_plan, write_plan
+from launch.sweep_spec import expand, load_spec
+from runconfig.loader import parse_overrides
+from tests.launch_fixtures.helpers import TINY_SPEC, TRAIN_GPT, derived_spec
+
+ID_PATTERN = re.compile(r"L[24]-(sp|depth_mup)-lr2\^-(10|8|6)-s0-[0-9a-f]{8}")
+
+
+def test_tiny_spec_expands_to_twelve_distinct_deterministic_runs():
+    plan = expand(TINY_SPEC, load_spec(TINY_SPEC))
+    assert len(plan.runs) == 12
+    ids = [r.run_id for r in plan.runs]
+    assert len(set(ids)) == 12
+    assert all(ID_PATTERN.fullmatch(i) for i in ids), ids
+    assert plan.grid["optimizer.lr"] == [2.0**-10, 2.0**-8, 2.0**-6]
+    assert {r.resolved["training.steps"] for r in plan.runs} == {40}  # same token budget at every depth
+    assert {r.resolved["parametrization.base_num_layers"] for r in plan.runs} == {2}
+    assert [r.run_id for r in expand(TINY_SPEC, load_spec(TINY_SPEC)).runs] == ids
+
+
+def test_run_id_is_readable_prefix_plus_hash_of_all_overrides():
+    point = {"model.num_layers": 8, "parametrization.preset": "depth_mup", "optimizer.lr": 2.0**-9, "run.seed": 0}
+    rid = run_id(point, {"training.steps": 60})
+    assert re.fullmatch(r"L8-depth_mup-lr2\^-9-s0-[0-9a-f]{8}", rid)
+    assert run_id(point, {"training.steps": 60}) == rid
+    assert run_id(point, {"training.steps": 61}) != rid  # a fixed override is part of the identity
+    assert run_id({**point, "optimizer.lr": 0.003}, {}).startswith("L8-depth_mup-lr0.003-s0-")
+    assert run_id({"model.num_attention_heads": 2}, {}).startswith("num_attention_heads2-")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '/tmp/my run\'s "dir"',
+        "a: b # not a comment",
+        "yes",
+        "null",
+        "",
+        "caf\u00e9",
+        1e-05,
+        2.0**-9,
+        3,
+        True,
+        [0.5, 1.0],
+    ],
+)
+def test_override_values_read_back_exactly(value):
+    parsed = OmegaConf.to_container(parse_overrides([format_override("x.y", value)]))
+    assert parsed == {"x": {"y": value}}
+
+
+def _run_main(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"grid": {"model.num_layerz": [2, 4]}}, ["grid entry 'model.num_layerz'", "num_layerz"]),
+        ({"grid": {"optimizer.lr": [0.001, -1.0]}}, ["grid entry 'optimizer.lr' value -1.0", "optimizer.lr"]),
+        (
+            {"grid": {"training.steps": [10, 20]}, "overrides": {}},
+            ["grid entry 'training.steps' is not allowed", "allow_grid_keys"],
+        ),
+        ({"overrides": {"run.dir": "/x"}}, ["'run.dir' may not be set"]),
+        ({"overrides": {"model.num_layers": 3}}, ["grid entry 'model.num_layers' is also a fixed override"]),
+        ({"grid": {"model.num_layers": [2, 2]}}, ["lists the value 2 twice"]),
+        ({"grid": {"parametrization.preset": ["ode", "completep"]}}, ["lists the value 'ode' twice"]),
+        ({"grid": {"optimizer.lr": {"log2_range": [-6, -10, 1]}}}, ["log2_range needs start <= stop"]),
+        ({"grid": {"optimizer.lr": {"linear": [1, 2]}}}, ["grid entry 'optimizer.lr': a mapping must be one of"]),
+        ({"grid": {"model.num_layers": []}}, ["grid entry 'model.num_layers': has no values"]),
+        ({"grid": {"model": [{"num_layers": 2}]}}, ["'model' is a section"]),
+        ({"executor": {"max_parallel": 0}}, ["executor.max_parallel"]),
+        ({"gird": {"model.num_layers": [2]}}, ["gird"]),
+        ({"base_config": "missing.yaml"}, ["base_config 'missing.yaml' not found"]),
+    ],
+)
+def test_bad_specs_exit_2_naming_file_and_entry(tmp_path, capsys, changes, expected):
+    spec = derived_spec(tmp_path, **changes)
+    code, err = _run_main(capsys, "sweep", str(spec), "--sweep-dir", str(tmp_path / "sw"), "--dry-run")
+    assert code == 2
+    assert str(spec) in err
+    for text in expected:
+        assert text in err
+    assert not (tmp_path / "sw").exists()  # nothing written, nothing run
+
+
+def test_bad_grid_point_is_named(tmp_path, capsys):
+    # Each value alone is valid (the base has 4 layers); 3 layers on 2 pipeline stages is not.
+    grid = {"parallel.pipeline_model_parallel_size": [1, 2], "model.num_layers": [2, 3]}
+    spec = derived_spec(tmp_path, grid=grid)
+    code, err = _run_main(capsys, "sweep", str(spec), "--sweep-dir", str(tmp_path / "sw"), "--dry-run")
+    assert code == 2
+    assert "grid point {parallel.pipeline_model_parallel_size=2, model.num_layers=3}" in err
+    assert "pipeline_model_parallel_size" in err
+
+
+def test_training_key_may_be_swept_when_allowed(tmp_path):
+    spec = derived_spec(tmp_path, grid={"training.steps": [10, 20]}, allow_grid_keys=["training.steps"], overrides={})
+    plan = expand(spec, load_spec(spec))
+    assert [r.resolved["training.steps"] for r in plan.runs] == [10, 20]
+
+
+def test_values_are_normalized_before_hashing(tmp_path):
+    a = expand(*(lambda s: (s, load_spec(s)))(derived_spec(tmp_path, "a.yaml", grid={"optimizer.lr": ["1e-3"]})))
+    b = expand(*(lambda s: (s, load_spec(s)))(derived_spec(tmp_path, "b.yaml", grid={"optimizer.lr": [0.001]})))
+    assert a.grid["optimizer.lr"] == [0.001]
+    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+
+
+def test_plan_round_trips_and_base_change_is_refused(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(yaml.safe_load((TINY_SPEC.parent.parent / "tiny_cpu.yaml").read_text())))
+    spec = derived_spec(tmp_path, base_config=str(base))
+    plan = expand(spec, load_spec(spec))
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, plan)
+    again = read_plan(sweep_dir)
+    assert again.to_dict() == plan.to_dict()
+    assert (sweep_dir / "base_config.yaml").read_text() == base.read_text()
+
+    base.write_text(base.read_text().replace("hidden_size: 64", "hidden_size: 32"))
+    changed = expand(spec, load_spec(spec))
+    with pytest.raises(LaunchError, match="differs from the snapshot"):
+        write_plan(sweep_dir, changed)
+    write_plan(sweep_dir, changed, allow_base_change=True)
+    assert "hidden_size: 32" in (sweep_dir / "base_config.yaml").read_text()
+
+
+def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
+    code = main(["sweep", str(TINY_SPEC), "--sweep-dir", str(tmp_path / "sw"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("\n  run  pending") == 12
+    assert not (tmp_path / "sw").exists()
+
+
+def test_trainer_command_precedence(monkeypatch):
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", "python 'my trainer.py'")
+    assert trainer_command(["a", "b"]) == ["a", "b"]  # --train-cmd / spec train_cmd first
+    assert trainer_command("x 'y z'") == ["x", "y z"]
+    assert trainer_command(None) == ["python", "my trainer.py"]  # then the environment
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD")
+    assert trainer_command(None) == [sys.executable, str(TRAIN_GPT)]  # then train_gpt.py
+    with pytest.raises(LaunchError, match="empty command"):
+        trainer_command("   ")
