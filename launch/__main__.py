@@ -1,4 +1,4 @@
-"""Launch training jobs and resumable LR x depth sweeps: ``python -m launch {job,sweep,run,status}``.
+"""Launch training jobs and resumable LR x depth sweeps: ``python -m launch {job,sweep,run,status,demo}``.
 
 Exit codes: 0 done; 1 a run (or submission) failed; 2 bad input (the message names the file,
 key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or runs left
@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="counts by status; writes SWEEP_DIR/results.csv")
     status.add_argument("sweep_dir")
+
+    from launch import demo
+
+    demo.add_arguments(sub.add_parser("demo", help="the CPU depth-transfer study end to end (--quick: smoke test)"))
     return parser
 
 
@@ -218,6 +222,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_sweep(args, extra)
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.command == "demo":
+            from launch import demo
+
+            return demo.main(args)
         return _cmd_run(args) if args.command == "run" else _cmd_status(args)
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
