@@ -199,23 +199,10 @@ def plot(results: dict[str, Any], path: Path, title: str) -> None:
         slopes = results["slopes"][width_key]
         depth_colors = plt.cm.plasma([i / max(len(shapes) - 1, 1) * 0.85 for i in range(len(shapes))])
         for t in range(steps + 1):
-            row[0].plot(
-                depths,
-                [s["records"][t]["layer_rms"][-1] for s in shapes],
-                marker="o",
-                ms=3,
-                color=step_colors[t],
-                label=f"step {t}",
-            )
-            if t:
-                row[1].plot(
-                    depths,
-                    [s["records"][t]["layer_delta_rms"][-1] for s in shapes],
-                    marker="o",
-                    ms=3,
-                    color=step_colors[t],
-                    label=f"step {t}",
-                )
+            panels = ((row[0], "layer_rms"), (row[1], "layer_delta_rms")) if t else ((row[0], "layer_rms"),)
+            for ax, metric in panels:
+                ys = [s["records"][t][metric][-1] for s in shapes]
+                ax.plot(depths, ys, marker="o", ms=3, color=step_colors[t], label=f"step {t}")
         for shape, color in zip(shapes, depth_colors):
             deltas = shape["records"][-1]["layer_delta_rms"]
             rel = [(i + 1) / len(deltas) for i in range(len(deltas))]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-RESULTS_FILE = "results.csv"
+from runconfig.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, SUMMARY_FILE, TAIL_COLUMNS
 
 # Contract column -> the short name the analysis uses.
-CANONICAL_COLUMNS: dict[str, str] = {
+SHORT_NAMES: dict[str, str] = {
     "parametrization.preset": "preset",
     "model.num_layers": "depth",
     "optimizer.lr": "lr",
@@ -27,8 +27,8 @@ CANONICAL_COLUMNS: dict[str, str] = {
     "parametrization.base_num_layers": "base_depth",
     "model.hidden_size": "hidden_size",
 }
-TAIL_COLUMNS: tuple[str, ...] = ("status", "step", "fraction", "val_loss")
-STATUSES: tuple[str, ...] = ("completed", "diverged", "failed", "pending")
+CANONICAL_COLUMNS: dict[str, str] = {key: SHORT_NAMES[key] for key in CANONICAL_KEYS}
+STATUSES: tuple[str, ...] = RESULT_STATUSES
 FRACTION_ATOL = 1e-6  # fractions are floats written with repr; match them with this tolerance
 
 
@@ -225,7 +225,7 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
     """
     reasons: dict[str, str] = {}
     for run_id in run_ids:
-        summary = sweep_dir / "runs" / run_id / "summary.json"
+        summary = sweep_dir / "runs" / run_id / SUMMARY_FILE
         try:
             data = json.loads(summary.read_text())
         except (OSError, ValueError):

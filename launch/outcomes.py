@@ -11,6 +11,15 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
+from runconfig.contract import (
+    EXIT_COMPLETED,
+    EXIT_CONFIG,
+    EXIT_DIVERGED,
+    EXIT_FAILED,
+    EXIT_LOCKED,
+    EXIT_PREEMPTED,
+)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -23,12 +32,12 @@ class Outcome:
 
 
 OUTCOMES: dict[int, Outcome] = {
-    0: Outcome("completed", True, False, False, True, "completed"),
-    1: Outcome("failed", False, True, True, False, "crashed (exception)"),
-    2: Outcome("invalid", False, True, False, False, "invalid config or command line: retrying cannot help"),
-    3: Outcome("diverged", True, False, False, True, "diverged"),
-    4: Outcome("busy", False, False, False, False, "run directory locked: running elsewhere"),
-    75: Outcome("preempted", False, False, True, True, "preempted: checkpoint saved, resumes on rerun"),
+    EXIT_COMPLETED: Outcome("completed", True, False, False, True, "completed"),
+    EXIT_FAILED: Outcome("failed", False, True, True, False, "crashed (exception)"),
+    EXIT_CONFIG: Outcome("invalid", False, True, False, False, "invalid config or command line: retrying cannot help"),
+    EXIT_DIVERGED: Outcome("diverged", True, False, False, True, "diverged"),
+    EXIT_LOCKED: Outcome("busy", False, False, False, False, "run directory locked: running elsewhere"),
+    EXIT_PREEMPTED: Outcome("preempted", False, False, True, True, "preempted: checkpoint saved, resumes on rerun"),
 }
 KILLED = Outcome("failed", False, True, True, False, "killed or crashed without a contract exit code")
 # An attempt ended by launch's own shutdown before the trainer could handle the signal (e.g.

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from runconfig import atomic_write_text
-
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
+from runconfig.contract import METRICS_FILE as METRICS
+from runconfig.contract import SUMMARY_FILE as SUMMARY
 
 
 def _clean(value: Any) -> Any:

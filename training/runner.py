@@ -27,10 +27,22 @@ import torch
 import torch.distributed as dist
 
 from runconfig import atomic_write_text, dump_yaml, flatten, to_dict
+from runconfig.contract import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    EXIT_COMPLETED,
+    EXIT_CONFIG,
+    EXIT_DIVERGED,
+    EXIT_FAILED,
+    EXIT_LOCKED,
+    EXIT_PREEMPTED,
+    LOCK_FILE,
+    METRICS_FILE,
+    PARAMETRIZATION_FILE,
+    SUMMARY_FILE,
+)
+from runconfig.contract import FINAL_STATUSES as FINISHED
 from runconfig.schema import RunConfig
-
-EXIT_COMPLETED, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_LOCKED, EXIT_PREEMPTED = 0, 1, 2, 3, 4, 75
-FINISHED = {"completed": EXIT_COMPLETED, "diverged": EXIT_DIVERGED}
 
 # Config keys that may change between a run and its resume (they do not change the math).
 RESUMABLE_CHANGES = ("run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir")
@@ -47,7 +59,7 @@ class RunLock:
 
     def __init__(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / ".lock"
+        self.path = run_dir / LOCK_FILE
         self.fh = open(self.path, "a+")  # noqa: SIM115 - held until release()
 
     def acquire(self) -> bool:
@@ -239,7 +251,7 @@ class Trainer:
 
         self.config_dict = to_dict(cfg)
         self.start_step, self.evals, self.wall_offset = 0, [], 0.0
-        ckpt = checkpoint.latest_checkpoint(self.run_dir / "checkpoints")
+        ckpt = checkpoint.latest_checkpoint(self.run_dir / CHECKPOINTS_DIR)
         if ckpt is not None:
             common = json.loads((ckpt / "common.json").read_text())
             self._check_resumable(common, ckpt)
@@ -250,9 +262,9 @@ class Trainer:
             log.info("resumed from %s (step %d)", ckpt, self.start_step)
         if self.is_main:
             truncate_metrics(self.run_dir, self.start_step)
-            (self.run_dir / "summary.json").unlink(missing_ok=True)
-            atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
-            atomic_write_text(self.run_dir / "parametrization.json", json.dumps(self.table, indent=1) + "\n")
+            (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+            atomic_write_text(self.run_dir / CONFIG_FILE, dump_yaml(cfg))
+            atomic_write_text(self.run_dir / PARAMETRIZATION_FILE, json.dumps(self.table, indent=1) + "\n")
             lg = cfg.logging
             self.runlog = RunLog(self.run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, self.config_dict)
         log.info(
@@ -274,7 +286,7 @@ class Trainer:
     def _clear_run_dir(self) -> None:
         import shutil
 
-        for name in ("checkpoints", "metrics.jsonl", "summary.json", "tensorboard"):
+        for name in (CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE, "tensorboard"):
             path = self.run_dir / name
             if path.is_dir():
                 shutil.rmtree(path)
@@ -455,7 +467,7 @@ class Trainer:
         if self.is_main:
             self.runlog.sync()
         checkpoint.save(
-            self.run_dir / "checkpoints",
+            self.run_dir / CHECKPOINTS_DIR,
             step,
             common,
             self.backend,
