@@ -233,3 +233,40 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
         if isinstance(data, dict) and isinstance(data.get("reason"), str) and data["reason"]:
             reasons[run_id] = data["reason"]
     return reasons
+
+
+def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
+    """Use ``source``'s runs at the base depth for every other preset, and say so.
+
+    At ``L = L0`` every preset is the same model (``patches`` reduces to unpatched megatron
+    there, tested bit-identical), so a sweep may train the base depth once. The shared rows
+    get run IDs ``<id>@<preset>``; presets that have their own base-depth rows keep them.
+    """
+    rows = sweep.rows
+    at_base = rows[(rows["preset"] == source) & (rows["depth"] == rows["base_depth"])]
+    if at_base.empty:
+        raise ResultsError(f"{sweep.path}: --shared-base {source}: no rows of preset {source!r} at its base depth")
+    copies, shared = [], []
+    for preset in sorted(set(rows["preset"]) - {source}):
+        mine = rows[rows["preset"] == preset]
+        if (mine["depth"] == mine["base_depth"]).any():
+            continue
+        bases = set(mine["base_depth"])
+        if bases != set(at_base["base_depth"]):
+            raise ResultsError(
+                f"{sweep.path}: --shared-base {source}: preset {preset!r} has base depth(s) {sorted(bases)}, "
+                f"{source!r} {sorted(set(at_base['base_depth']))}; only the same base shape can be shared"
+            )
+        copy = at_base.copy()
+        copy["preset"] = preset
+        copy["run_id"] = copy["run_id"] + "@" + preset
+        copies.append(copy)
+        shared.append(preset)
+    if not copies:
+        return sweep
+    note = (
+        f"base depth shared: the runs of {source!r} at L = L0 also stand for {', '.join(map(repr, shared))} "
+        "(at the base shape every preset is the same model)"
+    )
+    merged = pd.concat([rows, *copies], ignore_index=True)
+    return SweepResults(sweep.path, merged, sweep.extra_keys, [*sweep.warnings, note])

@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
     parser.add_argument(
+        "--shared-base",
+        metavar="PRESET",
+        help="use PRESET's runs at the base depth for presets that have none there (at L = L0 all presets "
+        "are the same model, so a sweep may train it once)",
+    )
+    parser.add_argument(
         "--fit-window",
         type=int,
         default=1,
@@ -83,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import ResultsError, read_results
+    from eval.results import ResultsError, read_results, share_base_depth
     from eval.transfer import AnalysisInputError, Note, analyze, fraction_label
 
     fractions = args.fractions
@@ -94,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         fractions = "all"
     try:
         sweep = read_results(args.sweep_dir)
+        if args.shared_base:
+            sweep = share_base_depth(sweep, args.shared_base)
         analysis = analyze(
             sweep,
             fractions=fractions,

@@ -18,6 +18,7 @@ Steps, each resumable (rerun the command after an interruption and finished work
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -63,13 +64,13 @@ FULL = DemoSettings(
     base_lrs_log2=(-9.0, -8.0, -7.0, -6.0),
     window=3,
     step_log2=1.0,
-    max_widen=2,
+    max_widen=1,
     hidden_size=128,
     heads=4,
     seq_length=128,
     batch=16,
-    steps=300,
-    warmup=30,
+    steps=200,
+    warmup=20,
     vocab_size=2048,
     eval_batches=8,
     claims=True,
@@ -143,28 +144,106 @@ def _end_loss(summary: Optional[dict]) -> Optional[float]:
 
 
 class AdaptiveSweep:
-    """Grows one sweep plan stage by stage and runs each stage's new points in parallel."""
+    """One sweep plan that grows as results arrive: each preset walks the depths on its own.
 
-    def __init__(self, sweep_dir: Path, spec_path: Path, workers: int) -> None:
+    The next points of a preset are a pure function of what is in the plan and what has
+    finished (:meth:`frontier`), so the study resumes from ``sweep.yaml`` after any
+    interruption. Points are fed to the executor as runs finish (``on_done``), so both
+    presets' chains keep every worker busy without a barrier per depth.
+    """
+
+    def __init__(self, sweep_dir: Path, spec_path: Path, s: DemoSettings, workers: int) -> None:
+        from launch.sweep_dir import read_plan
         from launch.sweep_spec import load_spec
 
         self.sweep_dir = sweep_dir
         self.spec_path = spec_path
         self.spec = load_spec(spec_path)
+        self.s = s
         self.workers = workers
         self.plan = None
         self.tried: dict[tuple[str, int], dict[float, str]] = {}  # (preset, depth) -> log2 lr -> run id
+        if (sweep_dir / "sweep.yaml").is_file():
+            self.plan = read_plan(sweep_dir)
+            for run in self.plan.runs:
+                key = (run.point["parametrization.preset"], run.point["model.num_layers"])
+                self.tried.setdefault(key, {})[_octave(math.log2(run.point["optimizer.lr"]))] = run.run_id
 
-    def run_points(self, points: list[tuple[str, int, float]]) -> None:
-        """Add (preset, depth, log2 lr) points to the plan and run those not finished."""
-        from launch.executor_local import execute
+    # ------------------------------------------------------------------ state
+    def _state(self, run_id: str):
+        from launch.run_state import run_state
+        from launch.sweep_dir import run_dir
+
+        return run_state(run_dir(self.sweep_dir, run_id), self.plan.executor.max_retries)
+
+    def owner(self, preset: str, depth: int) -> str:
+        """Whose runs stand for ``preset`` at ``depth``: at the base depth every preset is the
+        same model (patches reduce to unpatched megatron there), so the first preset trains it."""
+        return self.s.presets[0] if depth == self.s.depths[0] else preset
+
+    def losses(self, preset: str, depth: int) -> dict[float, Optional[float]]:
+        """log2 lr -> end-of-training val loss (None: diverged, failed or not finished)."""
+        from launch.run_state import read_summary
+        from launch.sweep_dir import run_dir
+
+        return {
+            lr: _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
+            for lr, rid in sorted(self.tried.get((self.owner(preset, depth), depth), {}).items())
+        }
+
+    def best(self, preset: str, depth: int) -> Optional[float]:
+        finite = {lr: loss for lr, loss in self.losses(preset, depth).items() if loss is not None}
+        return min(finite, key=finite.get) if finite else None
+
+    def _finished(self, preset: str, depth: int) -> bool:
+        ids = self.tried.get((self.owner(preset, depth), depth), {}).values()
+        return bool(ids) and not any(self._state(rid).needs_work for rid in ids)
+
+    def frontier(self, preset: str) -> list[tuple[int, float]]:
+        """The (depth, log2 lr) points this preset should run next; [] while waiting or done."""
+        s = self.s
+        for i, depth in enumerate(s.depths):
+            owner = self.owner(preset, depth)
+            tried = self.tried.get((owner, depth), {})
+            if i == 0:
+                planned = list(s.base_lrs_log2)
+            else:
+                center = self.best(preset, s.depths[i - 1])
+                if center is None:
+                    return []  # nothing usable at the previous depth: this chain stops
+                planned = window_around(center, s)
+            missing = [(depth, lr) for lr in map(_octave, planned) if lr not in tried]
+            if missing:
+                return missing if owner == preset else []  # the shared base is the owner's to run
+            if not self._finished(preset, depth):
+                return []
+            widened = len(tried) - len(planned)
+            if owner == preset and widened < s.max_widen:
+                edge = self._widen(preset, depth)
+                if edge is not None:
+                    return [(depth, edge)]
+        return []
+
+    def _widen(self, preset: str, depth: int) -> Optional[float]:
+        """One more LR beyond the edge the optimum sits on (None when it is inside)."""
+        losses = self.losses(preset, depth)
+        best = self.best(preset, depth)
+        if best is None:
+            return None
+        tried = sorted(losses)
+        if best == tried[0]:
+            return tried[0] - self.s.step_log2
+        if best == tried[-1]:
+            return tried[-1] + self.s.step_log2
+        return None
+
+    # ------------------------------------------------------------------ running
+    def _add(self, preset: str, points: list[tuple[int, float]]) -> list:
         from launch.sweep_dir import write_plan
         from launch.sweep_spec import expand
 
-        new_ids: list[str] = []
-        for preset, depth, lr_log2 in points:
-            if lr_log2 in self.tried.setdefault((preset, depth), {}):
-                continue
+        added = []
+        for depth, lr_log2 in points:
             spec = replace(
                 self.spec,
                 grid={"model.num_layers": [depth], "parametrization.preset": [preset], "optimizer.lr": [2.0**lr_log2]},
@@ -172,65 +251,51 @@ class AdaptiveSweep:
             stage = expand(self.spec_path, spec)
             if self.plan is None:
                 self.plan = replace(stage, runs=[])
+            known = {r.run_id for r in self.plan.runs}
             for run in stage.runs:
-                if run.run_id not in {r.run_id for r in self.plan.runs}:
+                if run.run_id not in known:
                     self.plan.runs.append(run)
-                self.tried[(preset, depth)][lr_log2] = run.run_id
-                new_ids.append(run.run_id)
-        if not new_ids:
-            return
-        write_plan(self.sweep_dir, self.plan)
-        _log(
-            f"running {len(new_ids)} runs ({self.workers} at a time): "
-            + ", ".join(f"{p} L={d} lr=2^{lr:g}" for p, d, lr in points)
-        )
-        result = execute(self.sweep_dir, self.plan, only=new_ids, max_parallel=self.workers, progress=False)
-        if result.interrupted:
-            raise KeyboardInterrupt
+                self.tried.setdefault((preset, depth), {})[_octave(lr_log2)] = run.run_id
+                added.append(run)
+            _log(f"queued {preset} L={depth} lr=2^{lr_log2:g}")
+        if added:
+            write_plan(self.sweep_dir, self.plan)
+        return added
 
-    def losses(self, preset: str, depth: int) -> dict[float, Optional[float]]:
-        """log2 lr -> end-of-training val loss (None: diverged or failed)."""
-        from launch.sweep_dir import run_dir
-        from training.metrics import read_summary
+    def _advance(self, preset: str) -> list:
+        return self._add(preset, self.frontier(preset))
 
-        return {
-            lr: _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
-            for lr, rid in sorted(self.tried.get((preset, depth), {}).items())
-        }
+    def run(self) -> None:
+        """Drive every preset to the end of its chain (resumes whatever is unfinished)."""
+        from launch.executor_local import execute
 
-    def best(self, preset: str, depth: int) -> Optional[float]:
-        finite = {lr: loss for lr, loss in self.losses(preset, depth).items() if loss is not None}
-        return min(finite, key=finite.get) if finite else None
+        while True:
+            queued = [run for p in self.s.presets for run in self._advance(p)]
+            pending = [r for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            ids = list(dict.fromkeys(r.run_id for r in [*pending, *queued]))
+            if not ids:
+                return
+
+            def on_done(run) -> list:  # a finished run may unblock any chain (the shared base)
+                return [r for p in self.s.presets for r in self._advance(p)]
+
+            result = execute(
+                self.sweep_dir, self.plan, only=ids, max_parallel=self.workers, progress=False, on_done=on_done
+            )
+            if result.interrupted:
+                raise KeyboardInterrupt
+            if result.started == 0:  # nothing could start (e.g. runs held elsewhere): do not spin
+                return
+
+
+def _octave(lr_log2: float) -> float:
+    """log2 LR as a dict key that survives a float round trip through sweep.yaml."""
+    return round(lr_log2, 6)
 
 
 def window_around(center: float, s: DemoSettings) -> list[float]:
     half = (s.window - 1) / 2
     return [center + s.step_log2 * (k - half) for k in range(s.window)]
-
-
-def run_sweep(sweep: AdaptiveSweep, s: DemoSettings) -> None:
-    base = s.depths[0]
-    sweep.run_points([(p, base, lr) for p in s.presets for lr in s.base_lrs_log2])
-    for prev, depth in zip(s.depths, s.depths[1:]):
-        centers = {p: sweep.best(p, prev) for p in s.presets}
-        sweep.run_points(
-            [(p, depth, lr) for p in s.presets if centers[p] is not None for lr in window_around(centers[p], s)]
-        )
-        for _ in range(s.max_widen):  # widen where the optimum sits on the edge of what was tried
-            extra = []
-            for p in s.presets:
-                losses = sweep.losses(p, depth)
-                best = sweep.best(p, depth)
-                if best is None:
-                    continue
-                tried = sorted(losses)
-                if best == tried[0]:
-                    extra.append((p, depth, tried[0] - s.step_log2))
-                elif best == tried[-1] and losses[tried[-1]] is not None:
-                    extra.append((p, depth, tried[-1] + s.step_log2))
-            if not extra:
-                break
-            sweep.run_points(extra)
 
 
 def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: DemoSettings) -> dict[str, Any]:
@@ -277,7 +342,11 @@ def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
         ]
         rise = row["loss_rise_deepest_minus_base"]
         lines.append(f"| {preset} | " + " | ".join(cells) + f" | {rise:+.3f} |" if rise is not None else " | - |")
-    lines += ["", "Cells: best end-of-training validation loss (nats) and the grid LR that gave it."]
+    lines += [
+        "",
+        "Cells: best end-of-training validation loss (nats) and the grid LR that gave it. "
+        f"At L={depths[0]} (= L0) every preset is the same model, trained once.",
+    ]
     if "depth_mup_minus_sp_at_deepest" in h:
         lines.append(f"depth_mup minus sp at L={depths[-1]}: {h['depth_mup_minus_sp_at_deepest']:+.3f} nats.")
     lines.append(f"Corpus: {ATTRIBUTION}.")
@@ -304,8 +373,8 @@ def run_demo(out: Path, s: DemoSettings, workers: int) -> int:
     }
     atomic_write_text(spec_path, yaml.safe_dump(spec, sort_keys=False))
     sweep_dir = (out / "sweep").resolve()
-    sweep = AdaptiveSweep(sweep_dir, spec_path, workers)
-    run_sweep(sweep, s)
+    sweep = AdaptiveSweep(sweep_dir, spec_path, s, workers)
+    sweep.run()
 
     states = collect_states(sweep_dir, sweep.plan)
     print_report(sweep_dir, sweep.plan, states, sys.stderr)
@@ -313,7 +382,10 @@ def run_demo(out: Path, s: DemoSettings, workers: int) -> int:
     from eval.__main__ import main as eval_main
 
     report_dir = out / "report"
-    code = eval_main(["transfer", str(sweep_dir), "--out", str(report_dir)])
+    report_dir.mkdir(parents=True, exist_ok=True)
+    with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        code = eval_main(["transfer", str(sweep_dir), "--out", str(report_dir), "--shared-base", s.presets[0]])
+    _log(f"eval transfer: exit {code}; its warnings are in {report_dir / 'eval.log'} and report.md")
     if code not in (0, 1):
         _log(f"eval transfer exited {code}")
         return code

@@ -15,6 +15,7 @@ import shutil
 import sys
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
@@ -79,8 +80,14 @@ def execute(
     max_parallel: Optional[int] = None,
     max_retries: Optional[int] = None,
     progress: bool = True,
+    on_done: Optional[Callable[[PlannedRun], Sequence[PlannedRun]]] = None,
 ) -> Execution:
-    """Run every selected run that needs work; retry failures up to ``max_retries``."""
+    """Run every selected run that needs work; retry failures up to ``max_retries``.
+
+    ``on_done(run)`` is called when a run is finished for this invocation (not requeued);
+    the runs it returns (already in ``plan``) are queued too. Adaptive sweeps use it to add
+    points as results arrive, keeping every slot busy without stage barriers.
+    """
     max_parallel = max_parallel or plan.executor.max_parallel
     max_retries = plan.executor.max_retries if max_retries is None else max_retries
     result = Execution()
@@ -131,8 +138,15 @@ def execute(
         bar.write(f"[launch] {rid}: {outcome.name} (exit {code}){note}{', retrying' if again else ''}", file=sys.stderr)
         if again:
             todo.append(item.run)
-        else:
-            bar.update(1)
+            return
+        bar.update(1)
+        if on_done is not None and not stopping:
+            for run in on_done(item.run):
+                rd_new = run_dir(sweep_dir, run.run_id)
+                if run_state(rd_new, max_retries).needs_work and not lock_held(rd_new / LOCK_FILE):
+                    todo.append(run)
+                    bar.total += 1
+            bar.refresh()
 
     with forwarding_signals(lambda: [a.proc for a in active]) as received:
         while active or (todo and not received):

@@ -1,0 +1,46 @@
+"""`eval transfer --shared-base`: a base depth trained once stands for every preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval.results import ResultsError, read_results, share_base_depth
+from eval.transfer import analyze
+from tests.test_eval_transfer import L0, depth_result, make_rows, notes_text, run_analysis, write_sweep
+
+
+def _without_depth_mup_base(rows: list[dict]) -> list[dict]:
+    return [
+        r for r in rows
+        if not (r["parametrization.preset"] == "depth_mup" and r["model.num_layers"] == L0)
+    ]
+
+
+def test_shared_base_gives_every_preset_the_base_depth(tmp_path):
+    full = make_rows(seeds=(0,), noise=0.0)
+    sweep = read_results(write_sweep(tmp_path / "shared", _without_depth_mup_base(full)))
+    shared = analyze(share_base_depth(sweep, "sp"), n_boot=0)
+    reference = run_analysis(tmp_path / "full", full, n_boot=0)
+    for fraction in (0.5, 1.0):
+        _, got = depth_result(shared, "depth_mup", fraction, L0)
+        _, want = depth_result(reference, "depth_mup", fraction, L0)
+        # the planted depth_mup and sp curves coincide at L0, so sharing reproduces the full sweep
+        assert got.is_base and got.optimum.log2_lr == pytest.approx(want.optimum.log2_lr, abs=1e-9)
+        assert got.regret == pytest.approx(0.0, abs=1e-9)
+    assert "base depth shared" in notes_text(shared)
+
+
+def test_shared_base_rows_are_labelled_and_real_rows_win(tmp_path):
+    rows = _without_depth_mup_base(make_rows(seeds=(0,), noise=0.0))
+    sweep = share_base_depth(read_results(write_sweep(tmp_path, rows)), "sp")
+    copies = sweep.rows[sweep.rows["run_id"].str.endswith("@depth_mup")]
+    assert len(copies) == len([r for r in rows if r["parametrization.preset"] == "sp" and r["model.num_layers"] == L0])
+    assert set(copies["preset"]) == {"depth_mup"} and set(copies["depth"]) == {L0}
+    full = read_results(write_sweep(tmp_path / "full", make_rows(seeds=(0,), noise=0.0)))
+    assert len(share_base_depth(full, "sp").rows) == len(full.rows)  # depth_mup has its own base rows
+
+
+def test_shared_base_refuses_a_source_without_base_rows(tmp_path):
+    rows = [r for r in make_rows(seeds=(0,)) if r["model.num_layers"] != L0]
+    with pytest.raises(ResultsError, match="no rows of preset 'sp' at its base depth"):
+        share_base_depth(read_results(write_sweep(tmp_path, rows)), "sp")
