@@ -12,16 +12,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from patches.parametrization import Parametrization
-
-
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}: must be one of {list(choices)}, got {value!r}")
-
-
-def _at_least(key: str, value: float, low: float) -> None:
-    if value is None or value < low:
-        raise ValueError(f"{key}: must be >= {low}, got {value!r}")
+from runconfig.checks import check_at_least as _at_least
+from runconfig.checks import check_choice as _choice
 
 
 @dataclass

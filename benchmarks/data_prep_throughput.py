@@ -1,0 +1,272 @@
+"""data_prep throughput: end-to-end tokens/s per worker against the raw tokenizer, and 1 -> 2 workers.
+
+    python benchmarks/data_prep_throughput.py [--mb 48] [--shards 8] [--vocab-size 32000] [--repeats 3]
+
+Generates realistic synthetic JSONL (an order-2 word Markov chain over real Common Crawl text
+from dolma's test data, or over Python's own docstrings when that cannot be fetched), trains
+the SentencePiece tokenizer once with the default config, then, interleaved and repeated:
+
+* raw: ``encode_batch_arrays`` (SentencePiece batch encode, one thread, batches of
+  ``tokenizer.encode_batch_docs``) over the cleaned texts of the same run, already in memory;
+* e2e(1), e2e(2): the whole pipeline with default filters (read JSONL, normalize, filter,
+  dedup, tokenize, write shards, merge with Megatron's builder, manifest) into a fresh
+  output directory, with 1 and 2 worker processes, given the trained tokenizer.
+
+It prints the best (minimum) wall time of each, the ratios within each repetition (robust
+when the load of a shared machine changes between runs) and, because other processes on a shared
+machine disturb wall clocks, also CPU-time ratios (this process's CPU plus the CPU each
+worker task records; worker start-up is not in it). Megatron
+is imported once before timing: its ~10 s torch import is a fixed start-up cost per run,
+reported separately, not a per-token cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import math
+import os
+import pkgutil
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def seed_corpus() -> tuple[list[str], str]:
+    """Real web text (dolma's 20 Common Crawl documents), or the stdlib's docstrings."""
+    try:
+        import gzip
+
+        from data_prep.testdata import dolma_files
+
+        files = dolma_files()
+        docs = []
+        for key in ("cc_jsonl0", "cc_jsonl1"):
+            with gzip.open(files[key], "rt") as fh:
+                docs += [json.loads(line)["text"] for line in fh if line.strip()]
+        return docs, "dolma 1.2.1 Common Crawl sample (20 documents)"
+    except Exception as exc:  # no index access: any English prose will do
+        print(f"(dolma sample unavailable: {exc}; using stdlib docstrings)", file=sys.stderr)
+        docs = []
+        for module in pkgutil.iter_modules():
+            if module.name.startswith("_") or module.ispkg:
+                continue
+            try:
+                mod = __import__(module.name)
+            except Exception:
+                continue
+            docs += [inspect.getdoc(obj) or "" for _, obj in inspect.getmembers(mod)][:50]
+            if sum(map(len, docs)) > 2_000_000:
+                break
+        return [d for d in docs if len(d) > 200], "Python stdlib docstrings"
+
+
+def generate_jsonl(out_dir: Path, megabytes: float, shards: int, seed: int = 0) -> tuple[list[Path], str]:
+    docs, source = seed_corpus()
+    words: list[str] = []
+    for doc in docs:
+        words += doc.replace("\n", " \n ").split(" ") + ["\n\n"]
+    words = [w for w in words if w]
+    chain: dict[tuple[str, str], list[str]] = {}
+    for a, b, c in zip(words, words[1:], words[2:]):
+        chain.setdefault((a, b), []).append(c)
+    keys = list(chain)
+    rng = random.Random(seed)
+    target = int(megabytes * 1e6 / shards)
+    paths = []
+    doc_id = 0
+    for shard in range(shards):
+        path = out_dir / f"shard-{shard:03d}.jsonl"
+        size = 0
+        with open(path, "w") as fh:
+            while size < target:
+                n_words = min(6000, max(60, int(rng.lognormvariate(math.log(450), 0.8))))
+                key = rng.choice(keys)
+                out = list(key)
+                while len(out) < n_words:
+                    nxt = chain.get(key)
+                    if not nxt:
+                        key = rng.choice(keys)
+                        out += key
+                        continue
+                    word = rng.choice(nxt)
+                    out.append(word)
+                    key = (key[1], word)
+                text = " ".join(out).replace(" \n ", "\n").replace(" \n\n ", "\n\n").strip()
+                line = json.dumps({"id": doc_id, "text": text}) + "\n"
+                doc_id += 1
+                fh.write(line)
+                size += len(line)
+        paths.append(path)
+    return paths, source
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def worker_seconds(out: Path) -> tuple[float, float]:
+    """(CPU, wall) seconds the worker processes spent in their tasks (each task records both)."""
+    markers = [
+        json.loads(p.read_text())
+        for p in [*(out / ".work" / "clean").glob("*.json"), *(out / ".work" / "tokens").glob("*.json")]
+    ]
+    return sum(m.get("cpu_seconds", 0.0) for m in markers), sum(m.get("seconds", 0.0) for m in markers)
+
+
+def file_digest(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=48, help="synthetic JSONL size in MB")
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the best time counts")
+    parser.add_argument("--workdir", help="default: a temporary directory, removed at the end")
+    args = parser.parse_args()
+
+    from data_prep.api import load_data_prep_config
+    from data_prep.pipeline import run
+    from data_prep.tokenizer import load_tokenizer
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="data_prep_bench_"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"load average at start: {os.getloadavg()}  (cores: {os.cpu_count()})")
+    (work / "input").mkdir(exist_ok=True)
+    inputs, source = sorted((work / "input").glob("*.jsonl")), "an earlier run of this benchmark (--workdir)"
+    if not inputs:
+        inputs, source = generate_jsonl(work / "input", args.mb, args.shards)
+    in_bytes = sum(p.stat().st_size for p in inputs)
+    print(f"input: {len(inputs)} JSONL shards, {in_bytes / 1e6:.1f} MB, text from {source}")
+
+    started = time.perf_counter()
+    import megatron.core.datasets.indexed_dataset  # noqa: F401  (fixed start-up cost, timed here)
+
+    megatron_import = time.perf_counter() - started
+
+    base = [f"input.paths=[{work / 'input'}]", "runtime.progress=false"]
+    setup = work / "setup"
+    shutil.rmtree(setup, ignore_errors=True)
+    started = time.perf_counter()
+    manifest = run(
+        load_data_prep_config(
+            None,
+            [
+                *base,
+                f"output.dir={setup}",
+                f"tokenizer.vocab_size={args.vocab_size}",
+                "tokenizer.sample_chars=20000000",
+                "runtime.workers=2",
+            ],
+        )
+    )
+    setup_seconds = time.perf_counter() - started
+    tokenizer_path = setup / manifest["tokenizer"]["path"]
+    tokenizer = load_tokenizer(tokenizer_path)
+    kept_docs = manifest["documents"]["kept"]
+    print(
+        f"setup run (2 workers, trains the tokenizer: vocab {tokenizer.vocab_size}): {setup_seconds:.1f} s; "
+        f"{manifest['documents']['read']} documents read, {kept_docs} kept; filters: "
+        f"{ {k: v for k, v in manifest['filters'].items() if v} }"
+    )
+
+    import pyarrow as pa
+
+    texts: list[str] = []
+    for arrow in sorted((setup / ".work" / "clean").glob("*.arrow")):
+        with pa.memory_map(str(arrow)) as src:
+            texts += pa.ipc.open_file(src).read_all().column(0).to_pylist()
+    batch = load_data_prep_config(None, base).tokenizer.encode_batch_docs
+
+    def raw() -> tuple[float, float, int]:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        n = 0
+        for i in range(0, len(texts), batch):
+            n += sum(map(len, tokenizer.encode_batch_arrays(texts[i : i + batch])))
+        return time.perf_counter() - t0, cpu_seconds() - c0, n + len(texts)  # + one EOD per document
+
+    def e2e(workers: int) -> tuple[float, float, int, str]:
+        out = work / f"e2e-{workers}"
+        shutil.rmtree(out, ignore_errors=True)
+        cfg = load_data_prep_config(
+            None, [*base, f"output.dir={out}", f"tokenizer.path={tokenizer_path}", f"runtime.workers={workers}"]
+        )
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        m = run(cfg)
+        task_cpu, task_wall = worker_seconds(out)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0 + task_cpu
+        shares.append(task_cpu / task_wall)
+        digest = file_digest([out / f"{p}.{ext}" for p in ("train", "valid") for ext in ("bin", "idx")])
+        return wall, cpu, m["train"]["tokens"] + m["valid"]["tokens"], digest
+
+    shares: list[float] = []  # CPU / wall of worker tasks: 1.0 means each worker had a core to itself
+    best: dict[str, tuple[float, float]] = {}
+    per_rep: list[dict[str, float]] = []  # wall seconds of each measurement, by repetition
+    tokens: dict[str, int] = {}
+    digests = set()
+    for rep in range(args.repeats):
+        per_rep.append({})
+        for name, fn in (("raw", raw), ("e2e1", lambda: e2e(1)), ("e2e2", lambda: e2e(2))):
+            result = fn()
+            wall, cpu, n = result[0], result[1], result[2]
+            if len(result) == 4:
+                digests.add(result[3])
+            tokens[name] = n
+            per_rep[-1][name] = wall
+            old = best.get(name, (math.inf, math.inf))
+            best[name] = (min(old[0], wall), min(old[1], cpu))
+            share = (
+                f", workers got {shares[-1]:.0%} of a core" if len(result) == 4 else f", got {cpu / wall:.0%} of a core"
+            )
+            print(f"  rep {rep} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, {n} tokens, {n / wall:,.0f} tok/s{share}")
+    if len(set(tokens.values())) != 1:
+        print(f"ERROR: token counts differ: {tokens}")
+        return 1
+    if len(digests) != 1:
+        print(f"ERROR: outputs differ between runs / worker counts: {digests}")
+        return 1
+    n = tokens["raw"]
+    raw_tps = n / best["raw"][0]
+    e1_tps, e2_tps = n / best["e2e1"][0], n / best["e2e2"][0]
+    print()
+    print(f"tokens: {n:,} (vocab {tokenizer.vocab_size}, {in_bytes / n:.2f} input bytes per token)")
+    print(f"raw tokenizer encode (1 thread):  {raw_tps:12,.0f} tok/s   best of {args.repeats}")
+    print(f"end-to-end, 1 worker:             {e1_tps:12,.0f} tok/s")
+    print(f"end-to-end, 2 workers:            {e2_tps:12,.0f} tok/s")
+    print(f"RATIO per worker, 1 worker  (e2e1 / raw):        {e1_tps / raw_tps:.3f}   (goal >= 0.9)")
+    print(f"RATIO per worker, 2 workers (e2e2 / 2 / raw):    {e2_tps / 2 / raw_tps:.3f}")
+    print(f"SPEED-UP 1 -> 2 workers (e2e2 / e2e1):           {e2_tps / e1_tps:.3f}   (goal >= 1.7)")
+    ratios = sorted(r["raw"] / r["e2e1"] for r in per_rep)
+    speedups = sorted(r["e2e1"] / r["e2e2"] for r in per_rep)
+    print(f"same-repetition ratios e2e1/raw: {[round(x, 3) for x in ratios]}  median {statistics.median(ratios):.3f}")
+    print(
+        f"same-repetition speed-ups e2e2/e2e1: {[round(x, 3) for x in speedups]}  median {statistics.median(speedups):.3f}"
+    )
+    print(f"CPU-time ratio, 1 worker (raw CPU / e2e1 CPU):   {best['raw'][1] / best['e2e1'][1]:.3f}")
+    print(f"CPU-time ratio, 2 workers (raw CPU / e2e2 CPU):  {best['raw'][1] / best['e2e2'][1]:.3f}")
+    print(f"fixed start-up, not in the ratios: Megatron import {megatron_import:.1f} s")
+    print(f"outputs identical across runs and worker counts: {len(digests) == 1}")
+    print(f"load average at end: {os.getloadavg()}")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

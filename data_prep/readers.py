@@ -1,0 +1,490 @@
+"""Read raw shards (JSONL, parquet, WET, WARC) into batches of document texts.
+
+Every reader yields ``list[str]`` batches and reports what it could not use to a
+:class:`ReadLog`: records it skipped (with the file and the line, row group, or WARC
+offset and record ID) and records it dropped on purpose (``too_long``, ``not_html``).
+A bad record never stops the file; a corrupt compressed stream ends the file with one
+skip entry naming where reading stopped, and a WARC file is resynchronised at the next
+intact gzip member so only the damaged records are lost.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+import pyarrow.parquet as pq
+
+from data_prep.config import InputConfig
+
+# Longest suffix first: ".warc.wet.gz" must win over ".warc.gz".
+_SUFFIX_FORMATS = (
+    (".warc.wet.gz", "wet"),
+    (".wet.gz", "wet"),
+    (".wet", "wet"),
+    (".warc.gz", "warc"),
+    (".warc", "warc"),
+    (".jsonl.gz", "jsonl"),
+    (".jsonl.zst", "jsonl"),
+    (".jsonl.zstd", "jsonl"),
+    (".json.gz", "jsonl"),
+    (".json.zst", "jsonl"),
+    (".jsonl", "jsonl"),
+    (".ndjson", "jsonl"),
+    (".json", "jsonl"),
+    (".parquet", "parquet"),
+)
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+NEWLINE = b"\n"
+_BATCH_DOCS = 512  # documents per yielded batch for record-at-a-time formats
+
+
+class InputError(ValueError):
+    """The input list itself is unusable (no files match, unknown format)."""
+
+
+@dataclass
+class InputFile:
+    path: str  # absolute path
+    format: str  # jsonl | parquet | wet | warc
+
+
+@dataclass
+class ReadLog:
+    """What one input file produced besides documents."""
+
+    path: str
+    records: int = 0  # documents handed to the cleaner
+    skipped: list[dict] = field(default_factory=list)  # {"path", "where", "reason"}
+    dropped: Counter = field(default_factory=Counter)  # reader-level filters: too_long, not_html
+    stopped_early: bool = False  # the rest of the file could not be read
+
+    def skip(self, where: str, reason: str) -> None:
+        self.skipped.append({"path": self.path, "where": where, "reason": reason})
+
+
+def detect_format(path: str) -> str | None:
+    name = os.path.basename(path).lower()
+    for suffix, fmt in _SUFFIX_FORMATS:
+        if name.endswith(suffix):
+            return fmt
+    return None
+
+
+def expand_inputs(cfg: InputConfig) -> list[InputFile]:
+    """Files from ``input.paths`` (files, directories, globs), sorted, each with its format."""
+    found: dict[str, str | None] = {}
+    for pattern in cfg.paths:
+        pattern = os.path.expanduser(pattern)
+        if os.path.isdir(pattern):
+            for root, _dirs, files in os.walk(pattern):
+                for name in files:
+                    full = os.path.join(root, name)
+                    fmt = detect_format(full) if cfg.format == "auto" else cfg.format
+                    if fmt is not None:  # directories: take the files we know how to read
+                        found[os.path.abspath(full)] = fmt
+            continue
+        if glob.has_magic(pattern):
+            matches = sorted(glob.glob(pattern, recursive=True))
+        else:
+            matches = [pattern] if os.path.lexists(pattern) else []
+        if not matches:
+            raise InputError(f"input.paths: {pattern!r} matches no file")
+        for match in matches:
+            if os.path.isdir(match):
+                continue
+            found[os.path.abspath(match)] = detect_format(match) if cfg.format == "auto" else cfg.format
+    unknown = [p for p, fmt in found.items() if fmt is None]
+    if unknown:
+        raise InputError(
+            f"input.format: cannot tell the format of {unknown[0]!r} from its name; "
+            f"set input.format to one of jsonl, parquet, wet, warc"
+        )
+    if not found:
+        raise InputError(f"input.paths: {list(cfg.paths)} holds no readable input files")
+    return [InputFile(path, fmt) for path, fmt in sorted(found.items())]  # type: ignore[arg-type]
+
+
+def read_documents(source: InputFile, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+    """Batches of document texts from one file; problems go to ``log``, never raise."""
+    readers = {"jsonl": _read_jsonl, "parquet": _read_parquet, "wet": _read_wet, "warc": _read_warc}
+    try:
+        yield from readers[source.format](source.path, cfg, log)
+    except OSError as exc:  # cannot open or decompress, or an I/O error the format reader did not catch
+        what = "corrupt compressed data" if isinstance(exc, CorruptStream) else "unreadable"
+        log.skip("file" if log.records == 0 else f"after record {log.records}", f"{what}: {exc}")
+        log.stopped_early = True
+
+
+# ----------------------------------------------------------------------------- JSONL
+
+
+class CorruptStream(OSError):
+    """A compressed stream ended early or holds bad data; everything before it was returned."""
+
+
+def _decompressed_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
+    """Decompressed data of a plain, gzip (multi-member) or zstd file, chunk by chunk.
+
+    Damage raises :class:`CorruptStream` only after every byte before it has been yielded,
+    so a truncated download still gives its first documents.
+    """
+    lower = path.lower()
+    with open(path, "rb") as fh:
+        if not lower.endswith((".gz", ".zst", ".zstd")):
+            while chunk := fh.read(chunk_bytes):
+                yield chunk
+            return
+        if lower.endswith(".gz"):
+            new_decoder = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
+            errors: tuple[type[BaseException], ...] = (zlib.error,)
+        else:
+            import zstandard
+
+            new_decoder = zstandard.ZstdDecompressor().decompressobj
+            errors = (zstandard.ZstdError,)
+        decoder = new_decoder()
+        read = 0
+        while raw := fh.read(1 << 20):
+            read += len(raw)
+            try:
+                data = decoder.decompress(raw)
+                while decoder.eof and decoder.unused_data:  # next member of a multi-member file
+                    rest = decoder.unused_data
+                    decoder = new_decoder()
+                    data += decoder.decompress(rest)
+            except errors as exc:
+                raise CorruptStream(f"bad compressed data near byte {read} of the file: {exc}") from exc
+            if data:
+                yield data
+        if not decoder.eof:
+            raise CorruptStream(f"compressed stream ends early (file cut off at {read} bytes)")
+
+
+def _read_jsonl(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+    """Blocks of whole lines parsed by pyarrow; a block that fails is re-parsed line by line."""
+    schema = pa.schema([(cfg.text_key, pa.large_string())])
+    parse_options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    line_no = 0  # lines before the current block
+    pending = b""
+    skipping_long_line = False
+    chunks = _decompressed_chunks(path, cfg.read_block_bytes)
+    while True:
+        try:
+            chunk = next(chunks, b"")
+        except CorruptStream as exc:
+            if log.records == 0 and line_no == 0 and not pending:
+                raise  # nothing readable at all: the file fails
+            complete = pending[: pending.rfind(NEWLINE) + 1]
+            where = f"line {line_no + complete.count(NEWLINE) + 1}"
+            log.skip(where, f"corrupt compressed data, rest of file skipped: {exc}")
+            log.stopped_early = True
+            chunk, pending = b"", complete
+        if skipping_long_line:
+            cut = chunk.find(NEWLINE)
+            if cut < 0:
+                if not chunk:
+                    break
+                continue
+            chunk, skipping_long_line = chunk[cut + 1 :], False
+            line_no += 1
+        data = pending + chunk
+        if not chunk:  # end of file (or of its readable part): what is left is the last line
+            if data.strip():
+                yield from _parse_jsonl_block(data, line_no, cfg, parse_options, log)
+            break
+        cut = data.rfind(NEWLINE)
+        if cut < 0:
+            if len(data) > cfg.max_record_bytes:
+                log.dropped["too_long"] += 1
+                pending, skipping_long_line = b"", True
+            else:
+                pending = data
+            continue
+        block, pending = data[: cut + 1], data[cut + 1 :]
+        texts = _parse_jsonl_block(block, line_no, cfg, parse_options, log)
+        line_no += block.count(NEWLINE)
+        yield from texts
+
+
+def _parse_jsonl_block(
+    block: bytes, first_line: int, cfg: InputConfig, parse_options: pa_json.ParseOptions, log: ReadLog
+) -> list[list[str]]:
+    if len(block) <= cfg.max_record_bytes:  # fast path; long lines need the per-line size check
+        try:
+            table = pa_json.read_json(
+                pa.BufferReader(block),
+                read_options=pa_json.ReadOptions(block_size=len(block) + 1, use_threads=False),
+                parse_options=parse_options,
+            )
+            column = table.column(0)
+            if column.null_count == 0:
+                texts = column.to_pylist()
+                log.records += len(texts)
+                return [texts]
+        except (pa.ArrowException, UnicodeDecodeError):
+            pass
+    return [_parse_jsonl_lines(block, first_line, cfg, log)]
+
+
+def _parse_jsonl_lines(block: bytes, first_line: int, cfg: InputConfig, log: ReadLog) -> list[str]:
+    """The slow path: one line at a time, so each bad line is named."""
+    texts = []
+    for offset, line in enumerate(block.split(b"\n")):
+        if not line.strip():
+            continue
+        where = f"line {first_line + offset + 1}"
+        if len(line) > cfg.max_record_bytes:
+            log.dropped["too_long"] += 1
+            continue
+        try:
+            record = json.loads(line)
+        except UnicodeDecodeError as exc:
+            if cfg.on_decode_error == "skip":
+                log.skip(where, f"undecodable bytes (not UTF-8): {exc.reason} at byte {exc.start}")
+                continue
+            record = _loads_or_none(line.decode("utf-8", errors="replace"))
+            if record is None:
+                log.skip(where, "invalid JSON")
+                continue
+        except ValueError as exc:
+            log.skip(where, f"invalid JSON: {exc}")
+            continue
+        if not isinstance(record, dict):
+            log.skip(where, f"not a JSON object but {type(record).__name__}")
+            continue
+        text = record.get(cfg.text_key)
+        if not isinstance(text, str):
+            reason = "missing" if text is None else f"{type(text).__name__}, not a string"
+            log.skip(where, f"key {cfg.text_key!r} is {reason}")
+            continue
+        text = _valid_utf8(text, cfg, log, where)
+        if text is not None:
+            texts.append(text)
+            log.records += 1
+    return texts
+
+
+def _loads_or_none(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _valid_utf8(text: str, cfg: InputConfig, log: ReadLog, where: str) -> str | None:
+    """JSON may carry lone surrogates (\\ud800) that no UTF-8 file can hold."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError as exc:
+        if cfg.on_decode_error == "skip":
+            log.skip(where, f"undecodable text: {exc.reason} at character {exc.start}")
+            return None
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+# ----------------------------------------------------------------------------- parquet
+
+
+def _read_parquet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        log.skip("file", f"not a readable parquet file: {exc}")
+        log.stopped_early = True
+        return
+    if cfg.text_key not in parquet.schema_arrow.names:
+        log.skip("file", f"no column {cfg.text_key!r} (columns: {parquet.schema_arrow.names[:20]})")
+        log.stopped_early = True
+        return
+    first_row = 0
+    for group in range(parquet.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        where = f"row group {group} (rows {first_row}-{first_row + rows - 1})"
+        first_row += rows
+        try:
+            column = parquet.read_row_group(group, columns=[cfg.text_key]).column(0)
+            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                log.skip(where, f"column {cfg.text_key!r} has type {column.type}, not string")
+                continue
+            values = column.to_pylist()
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
+            log.skip(where, f"unreadable row group: {exc}")
+            continue
+        texts = []
+        for row, text in enumerate(values, start=first_row - rows):
+            if text is None:
+                log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
+                continue
+            if len(text) > cfg.max_record_bytes:
+                log.dropped["too_long"] += 1
+                continue
+            text = _valid_utf8(text, cfg, log, f"row {row}")
+            if text is not None:
+                texts.append(text)
+        log.records += len(texts)
+        yield texts
+
+
+# ----------------------------------------------------------------------------- WARC / WET
+
+
+def _read_wet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+    """WET ``conversion`` records hold the text Common Crawl extracted (UTF-8)."""
+    from fastwarc.warc import conversion
+
+    batch: list[str] = []
+    for _record, where, payload in _iter_warc_payloads(path, conversion, False, cfg, log, None):
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if cfg.on_decode_error == "skip":
+                log.skip(where, f"undecodable bytes (not UTF-8): {exc.reason} at byte {exc.start}")
+                continue
+            text = payload.decode("utf-8", errors="replace")
+        batch.append(text)
+        log.records += 1
+        if len(batch) >= _BATCH_DOCS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _is_html_ok(record) -> bool:
+    content_type = (record.http_content_type or "").lower()
+    status = record.http_headers.status_code if record.http_headers is not None else None
+    return status == 200 and content_type in ("text/html", "application/xhtml+xml")
+
+
+def _read_warc(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+    """WARC ``response`` records with HTML, turned into text by resiliparse or trafilatura."""
+    from fastwarc.warc import response
+
+    from data_prep.extract import html_to_text
+
+    batch: list[str] = []
+    for record, where, payload in _iter_warc_payloads(path, response, True, cfg, log, _is_html_ok):
+        try:
+            text = html_to_text(payload, record.http_charset, cfg)
+        except UnicodeError as exc:
+            log.skip(where, f"undecodable HTML: {exc}")
+            continue
+        except Exception as exc:  # the extractors raise their own parser exceptions
+            log.skip(where, f"HTML extraction failed: {type(exc).__name__}: {exc}")
+            continue
+        batch.append(text)
+        log.records += 1
+        if len(batch) >= _BATCH_DOCS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _iter_warc_payloads(path: str, record_type, parse_http: bool, cfg: InputConfig, log: ReadLog, want):
+    """(record, "offset N <record id>", payload) for each intact record of ``record_type``.
+
+    Records ``want`` rejects count as ``not_html``; oversized ones as ``too_long``; a record
+    whose payload ends early is skipped as truncated; after corrupt data the reader restarts
+    at the next record header it can find.
+    """
+    from fastwarc.warc import ArchiveIterator
+
+    base = 0  # file offset where the current iterator started
+    last_good = -1  # file offset of the last record that parsed
+    with open(path, "rb") as fh:
+        while True:
+            fh.seek(base)
+            try:
+                for record in ArchiveIterator(fh, record_types=record_type, parse_http=parse_http):
+                    offset = base + record.stream_pos
+                    last_good = offset
+                    where = f"offset {offset} {record.record_id or ''}".rstrip()
+                    if want is not None and not want(record):
+                        record.consume()
+                        log.dropped["not_html"] += 1
+                        continue
+                    expected = record.content_length
+                    if expected > cfg.max_record_bytes:
+                        record.consume()
+                        log.dropped["too_long"] += 1
+                        continue
+                    payload = record.reader.read()
+                    if len(payload) < expected:
+                        log.skip(where, f"truncated record: {len(payload)} of {expected} payload bytes")
+                        continue
+                    yield record, where, payload
+                return
+            except OSError as exc:
+                start = max(last_good, base) + 1
+                resume = _next_record_start(fh, start)
+                stop = f"offset {start - 1}" if last_good >= 0 else "file start"
+                if resume is None:
+                    log.skip(f"after {stop}", f"corrupt WARC data, rest of file skipped: {exc}")
+                    log.stopped_early = True
+                    return
+                log.skip(f"{stop}-{resume}", f"corrupt WARC data skipped up to the next record: {exc}")
+                base = resume
+
+
+def _next_record_start(fh: BinaryIO, start: int) -> int | None:
+    """File offset of the next gzip member that inflates to a WARC header, or of a plain WARC header."""
+    fh.seek(start)
+    window = 1 << 20
+    position = start
+    carry = b""
+    while True:
+        data = fh.read(window)
+        if not data:
+            return None
+        buf = carry + data
+        buf_start = position - len(carry)
+        for marker in (_GZIP_MAGIC, b"WARC/1."):
+            index = buf.find(marker)
+            while index >= 0:
+                candidate = buf_start + index
+                if candidate >= start and _looks_like_record(fh, candidate, marker):
+                    return candidate
+                index = buf.find(marker, index + 1)
+        position += len(data)
+        carry = buf[-8:]
+
+
+def _looks_like_record(fh: BinaryIO, offset: int, marker: bytes) -> bool:
+    here = fh.tell()
+    try:
+        fh.seek(offset)
+        head = fh.read(4096)
+        if marker == _GZIP_MAGIC:
+            try:
+                head = zlib.decompressobj(wbits=31).decompress(head, 16)
+            except zlib.error:
+                return False
+        return head.startswith(b"WARC/1.")
+    finally:
+        fh.seek(here)
+
+
+def read_all_texts(path: str | Path, cfg: InputConfig | None = None) -> tuple[list[str], ReadLog]:
+    """Every document of one file (for tests and small tools)."""
+    cfg = cfg or InputConfig(paths=[str(path)])
+    fmt = detect_format(str(path)) if cfg.format == "auto" else cfg.format
+    if fmt is None:
+        raise InputError(f"cannot tell the format of {path}")
+    log = ReadLog(str(path))
+    texts = [text for batch in read_documents(InputFile(str(path), fmt), cfg, log) for text in batch]
+    return texts, log
+
+
+__all__ = ["InputError", "InputFile", "ReadLog", "detect_format", "expand_inputs", "read_all_texts", "read_documents"]

@@ -1,0 +1,89 @@
+"""Config schema, shipped configs, and the command line (flag form, overrides, exit codes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_prep.__main__ import main
+from data_prep.api import load_data_prep_config
+from data_prep.config import DataPrepConfig, fingerprint
+from runconfig import ConfigError
+from tests.data_prep_fixtures import english_doc, write_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "data_prep").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_load(path):
+    cfg = load_data_prep_config(path)
+    assert isinstance(cfg, DataPrepConfig) and cfg.input.paths
+
+
+def test_gopher_full_config_enables_ngram_rules():
+    cfg = load_data_prep_config(REPO / "configs" / "data_prep" / "gopher_full.yaml")
+    assert cfg.clean.quality.top_ngram_max_char_fraction == [[2, 0.2], [3, 0.18], [4, 0.16]]
+    assert len(cfg.clean.quality.duplicate_ngram_max_char_fraction) == 6
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["clean.quality.min_wordz=3"], "clean.quality.min_wordz"),
+        (["input.format=html"], "input.format: must be one of"),
+        (["clean.language.min_score=1.5"], "clean.language.min_score: must be in [0, 1]"),
+        (["tokenizer.vocab_size=100"], "tokenizer.vocab_size: must be >= 260"),
+        (["split.valid_fraction=abc"], "split.valid_fraction"),
+        (["output.valid_prefix=train"], "output.valid_prefix: must differ"),
+        (["clean.quality.top_ngram_max_char_fraction=[[2, 0.2, 1]]"], "each entry is [n, fraction]"),
+        (["runtime.workers=-1"], "runtime.workers: must be >= 0"),
+    ],
+)
+def test_bad_values_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        load_data_prep_config(None, ["input.paths=[x.jsonl]", *overrides])
+    assert message in str(info.value)
+
+
+def test_input_paths_required():
+    with pytest.raises(ConfigError, match="input.paths: give at least one"):
+        load_data_prep_config(None, [])
+
+
+def test_fingerprint_ignores_runtime_but_not_filters():
+    a = load_data_prep_config(None, ["input.paths=[x]"])
+    b = load_data_prep_config(None, ["input.paths=[x]", "runtime.workers=7", "errors.max_listed=3"])
+    c = load_data_prep_config(None, ["input.paths=[x]", "clean.quality.min_words=10"])
+    assert fingerprint(a.input, a.clean) == fingerprint(b.input, b.clean) != fingerprint(c.input, c.clean)
+
+
+def test_cli_exit_2_on_config_errors(tmp_path, capsys):
+    assert main(["--input", "x.jsonl", "clean.bogus=1"]) == 2
+    assert "clean.bogus" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["--input", str(tmp_path / "*.jsonl"), "--output", str(tmp_path / "o")]) == 2
+    assert "matches no file" in capsys.readouterr().err
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    out = tmp_path / "never"
+    assert main(["--input", str(tmp_path), "--output", str(out), "--tokenizer", str(tmp_path / "nope.model")]) == 2
+    assert "tokenizer file not found" in capsys.readouterr().err and not out.exists()
+
+
+def test_cli_flag_form_runs(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    write_jsonl(tmp_path / "in" / "a.jsonl.gz", [english_doc(i) for i in range(20)])
+    argv = [
+        *("--input", str(tmp_path / "in" / "*.jsonl.gz"), "--output", str(tmp_path / "out")),
+        *("--vocab-size", "400", "--workers", "0", "--no-progress", "split.valid_fraction=0.1"),
+    ]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert summary["train"] == manifest["train"] and summary["documents"]["kept"] == 20
+    assert manifest["config"]["tokenizer"]["vocab_size"] == 400 and manifest["config"]["split"]["valid_fraction"] == 0.1
+    assert main([*argv, "--restart"]) == 0
+    rerun = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0}  # --restart dropped .work
+    assert {k: v for k, v in rerun.items() if k != "run"} == {k: v for k, v in manifest.items() if k != "run"}
