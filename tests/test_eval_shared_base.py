@@ -10,10 +10,7 @@ from tests.test_eval_transfer import L0, depth_result, make_rows, notes_text, ru
 
 
 def _without_depth_mup_base(rows: list[dict]) -> list[dict]:
-    return [
-        r for r in rows
-        if not (r["parametrization.preset"] == "depth_mup" and r["model.num_layers"] == L0)
-    ]
+    return [r for r in rows if not (r["parametrization.preset"] == "depth_mup" and r["model.num_layers"] == L0)]
 
 
 def test_shared_base_gives_every_preset_the_base_depth(tmp_path):

@@ -33,11 +33,25 @@ def test_training_on_data_prep_output_lowers_validation_loss(manifest_dir, tmp_p
     manifest = json.loads((manifest_dir / "manifest.json").read_text())
     assert manifest["train"]["tokens"] > 50_000 and manifest["valid"]["tokens"] > 5_000
     run = tmp_path / "run"
-    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", "data.mock=false",
-           f"data.manifest={manifest_dir}", "model.vocab_size=null", "training.steps=60", "eval.at=[0.05,1.0]",
-           "eval.batches=4", "optimizer.lr=0.01", "logging.progress_bar=false", "checkpoint.final=false"]
-    out = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                         timeout=600)
+    cmd = [
+        sys.executable,
+        "train_gpt.py",
+        "--config",
+        str(TINY),
+        f"run.dir={run}",
+        "data.mock=false",
+        f"data.manifest={manifest_dir}",
+        "model.vocab_size=null",
+        "training.steps=60",
+        "eval.at=[0.05,1.0]",
+        "eval.batches=4",
+        "optimizer.lr=0.01",
+        "logging.progress_bar=false",
+        "checkpoint.final=false",
+    ]
+    out = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     first, last = summary["evals"][0]["val_loss"], summary["evals"][-1]["val_loss"]
