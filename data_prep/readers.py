@@ -339,11 +339,26 @@ def _read_parquet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[st
 # ----------------------------------------------------------------------------- WARC / WET
 
 
+def _batched(texts: Iterator[str]) -> Iterator[list[str]]:
+    """Record-at-a-time readers yield lists of ``_BATCH_DOCS`` texts, like the columnar ones."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) >= _BATCH_DOCS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def _read_wet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
     """WET ``conversion`` records hold the text Common Crawl extracted (UTF-8)."""
     from fastwarc.warc import conversion
 
-    batch: list[str] = []
+    return _batched(_wet_texts(path, conversion, cfg, log))
+
+
+def _wet_texts(path: str, conversion, cfg: InputConfig, log: ReadLog) -> Iterator[str]:
     for _record, where, payload in _iter_warc_payloads(path, conversion, False, cfg, log, None):
         try:
             text = payload.decode("utf-8")
@@ -352,13 +367,8 @@ def _read_wet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
                 log.skip(where, f"undecodable bytes (not UTF-8): {exc.reason} at byte {exc.start}")
                 continue
             text = payload.decode("utf-8", errors="replace")
-        batch.append(text)
         log.records += 1
-        if len(batch) >= _BATCH_DOCS:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+        yield text
 
 
 def _is_html_ok(record) -> bool:
@@ -371,9 +381,12 @@ def _read_warc(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]
     """WARC ``response`` records with HTML, turned into text by resiliparse or trafilatura."""
     from fastwarc.warc import response
 
+    return _batched(_warc_texts(path, response, cfg, log))
+
+
+def _warc_texts(path: str, response, cfg: InputConfig, log: ReadLog) -> Iterator[str]:
     from data_prep.extract import html_to_text
 
-    batch: list[str] = []
     for record, where, payload in _iter_warc_payloads(path, response, True, cfg, log, _is_html_ok):
         try:
             text = html_to_text(payload, record.http_charset, cfg)
@@ -383,13 +396,8 @@ def _read_warc(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]
         except Exception as exc:  # the extractors raise their own parser exceptions
             log.skip(where, f"HTML extraction failed: {type(exc).__name__}: {exc}")
             continue
-        batch.append(text)
         log.records += 1
-        if len(batch) >= _BATCH_DOCS:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+        yield text
 
 
 def _iter_warc_payloads(path: str, record_type, parse_http: bool, cfg: InputConfig, log: ReadLog, want):
