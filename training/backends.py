@@ -150,8 +150,17 @@ class GpuBackend:
         import patches
         from training.optim import megatron_optimizer_config, overrides
 
-        config = model.config
         distributed = cfg.parallel.use_distributed_optimizer
+        if distributed and cfg.optimizer.name == "sgd":
+            raise ValueError(
+                "parallel.use_distributed_optimizer: megatron-core's distributed optimizer supports only "
+                "Adam/AdamW; set parallel.use_distributed_optimizer=false for optimizer.name=sgd"
+            )
+        config = model.config
+        # Gradients are the token mean over the whole global batch (the CPU path's contract):
+        # megatron sums token losses and finalize_model_grads divides by the all-reduced token
+        # count, instead of averaging per-micro-batch means. Read by DDP at construction.
+        config.calculate_per_token_loss = True
         if bf16:
             model = Float16Module(config, model)
         ddp_config = DistributedDataParallelConfig(
@@ -225,7 +234,7 @@ class GpuBackend:
         return loss
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.model.module.sharded_state_dict()  # DDP has none; Float16Module/GPTModel do
+        model_sd = self.model.module.sharded_state_dict()  # keys without DDP's "module." prefix
         return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
 
     def save_state(self, directory: Path) -> None:
@@ -238,6 +247,37 @@ class GpuBackend:
     def load_state(self, directory: Path, common: dict[str, Any]) -> None:
         from megatron.core import dist_checkpointing
 
+        prime_optimizer_state_for_loading(self.optimizer)
         state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / "dist"))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def _init_sgd_state(opt: torch.optim.Optimizer, config: Any = None) -> None:
+    """The state torch SGD keeps after a step (a momentum buffer when momentum != 0)."""
+    for group in opt.param_groups:
+        if group.get("momentum", 0.0):
+            for p in group["params"]:
+                opt.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+
+
+def prime_optimizer_state_for_loading(optimizer: Any) -> None:
+    """Give a fresh megatron optimizer the state that ``sharded_state_dict(is_loading=True)``
+    reads, so a checkpoint can be loaded into it (the loaded values replace these).
+
+    megatron-core 0.16.1 calls ``init_state_fn`` on load, which is None for SGD; and its
+    distributed optimizer reads each torch Adam state's ``step`` (the fallback used when
+    neither Transformer Engine nor Apex is installed) before any step has run.
+    """
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if getattr(opt, "init_state_fn", True) is None:
+            opt.init_state_fn = _init_sgd_state
+        inner = opt.optimizer
+        if isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
+            for group in inner.param_groups:
+                for p in group["params"]:
+                    state = inner.state[p]
+                    if not state:
+                        state["step"] = torch.tensor(0.0)
+                        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
