@@ -200,7 +200,7 @@ class ParallelConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
-    use_distributed_optimizer: bool = True  # GPU path only
+    use_distributed_optimizer: bool = True  # GPU path only; Adam/AdamW only (megatron): false for sgd
     device: str = "auto"  # auto | cpu | cuda
     cpu_threads: Optional[int] = None  # torch.set_num_threads on the CPU path
 
