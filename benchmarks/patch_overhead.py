@@ -60,9 +60,10 @@ PATCHED = [
 
 def backend(cfg: RunConfig, device: str, patched: bool):
     from training.backends import CpuBackend, GpuBackend
+    from training.distributed import seed_everything
     from training.model import Placement, build_model, resolve
 
-    torch.manual_seed(0)
+    seed_everything(0, device)  # same init for both; on CUDA megatron's RNG tracker too
     placement = Placement(device=device, bf16=device == "cuda")
     model = build_model(cfg, cfg.model.vocab_size, placement, patched=patched)
     resolved = resolve(cfg) if patched else None

@@ -233,24 +233,51 @@ class GpuBackend:
         self.model.train()
         return loss
 
-    def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.model.module.sharded_state_dict()  # keys without DDP's "module." prefix
-        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
-
     def save_state(self, directory: Path) -> None:
-        from megatron.core import dist_checkpointing
-
-        (directory / "dist").mkdir(exist_ok=True)
         dist.barrier()
-        dist_checkpointing.save(self._sharded_state(is_loading=False), str(directory / "dist"))
+        save_dist_checkpoint(self.model.module, self.optimizer, directory / "dist")
 
     def load_state(self, directory: Path, common: dict[str, Any]) -> None:
-        from megatron.core import dist_checkpointing
-
         prime_optimizer_state_for_loading(self.optimizer)
-        state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / "dist"))
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_dist_checkpoint(self.model.module, self.optimizer, directory / "dist")
+
+
+# How the distributed optimizer's state is laid out in a dist checkpoint. megatron-core 0.16.1
+# defaults to 'fully_sharded_model_space', which its own ShardedTensor validation now rejects
+# ("flattened_range is not supported"); 'dp_reshardable' is megatron-LM's default: fully
+# parallel save/load, resharding across data-parallel sizes (TP/PP changes need
+# 'fully_reshardable'). Ignored by non-distributed optimizers.
+DIST_CKPT_METADATA: dict[str, Any] = {
+    "distrib_optim_sharding_type": "dp_reshardable",
+    "singleton_local_shards": False,
+    "chained_optim_avoid_prefix": True,
+}
+
+
+def _sharded_state(module: Any, optimizer: Any, is_loading: bool, metadata: dict[str, Any]) -> dict[str, Any]:
+    model_sd = module.sharded_state_dict(metadata=metadata)  # the unwrapped model: no DDP "module." prefix
+    optim_sd = optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=metadata)
+    return {"model": model_sd, "optimizer": optim_sd}
+
+
+def save_dist_checkpoint(module: Any, optimizer: Any, directory: Path) -> None:
+    """Model + megatron optimizer through ``dist_checkpointing``, with the layout recorded."""
+    from megatron.core import dist_checkpointing
+
+    directory.mkdir(exist_ok=True)
+    # megatron adds process groups to the metadata it is handed: the stored copy stays plain
+    sharded = _sharded_state(module, optimizer, False, dict(DIST_CKPT_METADATA))
+    dist_checkpointing.save(sharded, str(directory), content_metadata=dict(DIST_CKPT_METADATA))
+
+
+def load_dist_checkpoint(module: Any, optimizer: Any, directory: Path) -> None:
+    """Load in the layout the checkpoint was written in (its content metadata), as megatron-LM does."""
+    from megatron.core import dist_checkpointing
+
+    metadata = dist_checkpointing.load_content_metadata(str(directory)) or dict(DIST_CKPT_METADATA)
+    state = dist_checkpointing.load(_sharded_state(module, optimizer, True, metadata), str(directory))
+    module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
 
 
 def _init_sgd_state(opt: torch.optim.Optimizer, config: Any = None) -> None:

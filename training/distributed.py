@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
@@ -54,6 +56,19 @@ def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     return DistInfo(rank, world, local_rank, backend, device)
+
+
+def seed_everything(seed: int, device: str) -> None:
+    """Seed Python, numpy and torch; on CUDA also megatron's model-parallel RNG tracker, which
+    megatron's GPU layers draw their init from (they refuse to build without it)."""
+    seed = seed + 100 * parallel_state.get_pipeline_model_parallel_rank()  # megatron-LM's rule
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG megatron and numpy users draw from
+    torch.manual_seed(seed)
+    if device == "cuda":
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        model_parallel_cuda_manual_seed(seed)
 
 
 def shutdown() -> None:

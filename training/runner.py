@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import time
@@ -22,7 +21,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -117,19 +115,6 @@ def config_differences(old: dict, new: dict) -> list[str]:
     ]
 
 
-def _seed_everything(seed: int, device: str) -> None:
-    from megatron.core import parallel_state
-
-    seed = seed + 100 * parallel_state.get_pipeline_model_parallel_rank()  # megatron-LM's rule
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG megatron and numpy users draw from
-    torch.manual_seed(seed)
-    if device == "cuda":
-        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
-        model_parallel_cuda_manual_seed(seed)
-
-
 def _setup_logging(run_dir: Path, is_main: bool) -> None:
     log.handlers.clear()
     log.setLevel(logging.INFO if is_main else logging.WARNING)
@@ -193,7 +178,7 @@ class Trainer:
     def _setup(self) -> None:
         from training import checkpoint
         from training.data import build_datasets, data_parallel_plan, eval_micro_batches
-        from training.distributed import init_distributed
+        from training.distributed import init_distributed, seed_everything
         from training.metrics import RunLog, truncate_metrics
         from training.model import Placement, build_model, padded_vocab_size, resolve
 
@@ -224,7 +209,7 @@ class Trainer:
                 self._clear_run_dir()
         _setup_logging(self.run_dir, self.is_main)
         self.info = init_distributed(device, par.tensor_model_parallel_size, par.pipeline_model_parallel_size)
-        _seed_everything(cfg.run.seed, device)
+        seed_everything(cfg.run.seed, device)
 
         try:
             cache = cfg.data.cache_dir or str(self.run_dir / ".index_cache")
