@@ -17,7 +17,7 @@ from typing import Any
 
 from eval.optimum import Optimum
 from eval.outputs import atomic_write_text, write_json
-from eval.transfer import DepthResult, FractionResult, TransferAnalysis, fraction_label
+from eval.transfer import DepthResult, FractionResult, PresetGap, TransferAnalysis, fraction_label
 
 MAX_REASONS_SHOWN = 50
 
@@ -67,6 +67,7 @@ def depth_dict(d: DepthResult) -> dict[str, Any]:
         "best_grid": {"log2_lr": _num(g_x), "lr": _pow2(g_x), "loss": _num(g_loss), "std": _num(g_std), "n_seeds": g_n},
         "regret": {
             "value": _num(d.regret),
+            "ci": list(d.regret_ci) if d.regret_ci else None,
             "status": d.regret_status,
             "method": d.regret_method,
             "loss_at_base_lr": _num(d.loss_at_base_lr),
@@ -118,6 +119,82 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
     }
 
 
+def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
+    """The three answers per family and fraction: where the optimum goes (slope), what reusing
+    the base depth's LR costs at the deepest depth (regret), and the loss gap to the reference
+    family there; each with its CI (None where there is none)."""
+    rows = []
+    for r in analysis.results:
+        found = [d for d in r.depths if d.optimum.found]
+        deepest = found[-1] if found else None
+        gap = next((g for g in analysis.gaps if g.family == r.family and g.fraction == r.fraction), None)
+        s = r.slope
+        rows.append(
+            {
+                "family": r.family.label,
+                "fraction": r.fraction,
+                "fraction_label": fraction_label(r.fraction),
+                "slope": _num(s.slope),
+                "slope_ci": [s.ci_low, s.ci_high] if s.ci_available else None,
+                "deepest_depth": deepest.depth if deepest else None,
+                "deepest_opt_log2_lr": _num(deepest.optimum.log2_lr) if deepest else None,
+                "deepest_opt_ci": list(deepest.opt_ci) if deepest and deepest.opt_ci else None,
+                "regret_at_deepest": _num(deepest.regret) if deepest else None,
+                "regret_at_deepest_ci": list(deepest.regret_ci) if deepest and deepest.regret_ci else None,
+                "gap_reference": gap.reference.label if gap else None,
+                "gap_depth": gap.depth if gap else None,
+                "loss_gap": _num(gap.gap) if gap else None,
+                "loss_gap_ci": list(gap.ci) if gap and gap.ci else None,
+            }
+        )
+    return rows
+
+
+def _with_ci(value: Any, ci: Any, fmt: str) -> str:
+    if value is None:
+        return "—"
+    return format(value, fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else " (no CI)")
+
+
+def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the headline table (shared by report.md and the demo's summary)."""
+    header = [
+        "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", "deepest L",
+        "optimal log2 LR there [95% CI]", "regret there (nats) [95% CI]", "loss gap vs reference [95% CI]",
+    ]  # fmt: skip
+    cells = [
+        [
+            h["family"],
+            h["fraction_label"],
+            _with_ci(h["slope"], h["slope_ci"], "+.3f"),
+            str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
+            _with_ci(h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f"),
+            _with_ci(h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f"),
+            (
+                f"{_with_ci(h['loss_gap'], h['loss_gap_ci'], '+.4f')} (− {h['gap_reference']})"
+                if h["gap_reference"]
+                else "reference"
+            ),
+        ]
+        for h in rows
+    ]
+    return header, cells
+
+
+def gap_dict(g: PresetGap) -> dict[str, Any]:
+    return {
+        "fraction": g.fraction,
+        "fraction_label": fraction_label(g.fraction),
+        "reference": g.reference.label,
+        "family": g.family.label,
+        "depth": g.depth,
+        "loss_gap": _num(g.gap),
+        "ci": list(g.ci) if g.ci else None,
+        "ci_contains_zero": (g.ci[0] <= 0.0 <= g.ci[1]) if g.ci else None,
+        "note": g.note,
+    }
+
+
 def analysis_dict(analysis: TransferAnalysis, figures: list[str]) -> dict[str, Any]:
     cs = analysis.curveset
     return {
@@ -128,6 +205,8 @@ def analysis_dict(analysis: TransferAnalysis, figures: list[str]) -> dict[str, A
         "counts": {"runs": cs.n_runs, "pending_runs": cs.n_pending_runs},
         "families": [{"label": f.label, "preset": f.preset, "keys": f.key_dict()} for f in analysis.families],
         "results": [result_dict(r) for r in analysis.results],
+        "preset_gaps": [gap_dict(g) for g in analysis.gaps],
+        "headline": headline_rows(analysis),
         "warnings": [{"where": n.where, "message": n.message} for n in analysis.notes],
         "divergence_reasons": analysis.divergence_reasons,
         "figures": figures,
@@ -149,7 +228,7 @@ def csv_rows(analysis: TransferAnalysis) -> tuple[list[str], list[dict[str, Any]
         "n_lr_tried", "n_lr_usable", "n_lr_diverged", "seeds_min", "seeds_max",
         "opt_log2_lr", "opt_lr", "opt_loss", "opt_method", "opt_edge", "opt_edge_reason", "opt_ci_low", "opt_ci_high",
         "best_grid_log2_lr", "best_grid_loss", "best_grid_loss_std", "best_grid_seeds",
-        "loss_at_base_lr", "regret", "regret_status", "regret_method",
+        "loss_at_base_lr", "regret", "regret_ci_low", "regret_ci_high", "regret_status", "regret_method",
         "slope", "slope_ci_low", "slope_ci_high", "drift_log2_lr", "opt_note",
     ]  # fmt: skip
     rows = []
@@ -186,6 +265,8 @@ def csv_rows(analysis: TransferAnalysis) -> tuple[list[str], list[dict[str, Any]
                     "best_grid_seeds": g_n,
                     "loss_at_base_lr": d.loss_at_base_lr,
                     "regret": d.regret,
+                    "regret_ci_low": d.regret_ci[0] if d.regret_ci else None,
+                    "regret_ci_high": d.regret_ci[1] if d.regret_ci else None,
                     "regret_status": d.regret_status,
                     "regret_method": d.regret_method,
                     "slope": r.slope.slope,
@@ -258,7 +339,8 @@ def _flags(d: DepthResult) -> str:
 
 def _regret_text(d: DepthResult) -> str:
     if d.regret_status == "ok":
-        return f"{d.regret:.4f} ({d.regret_method})"
+        ci = f" [{d.regret_ci[0]:.4f}, {d.regret_ci[1]:.4f}]" if d.regret_ci else ""
+        return f"{d.regret:.4f}{ci} ({d.regret_method})"
     return d.regret_status.replace("_", " ")
 
 
@@ -266,6 +348,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
     """The report's content. ``figures`` holds (PNG file name relative to the report, caption)."""
     st = analysis.settings
     cs = analysis.curveset
+    head_header, head_rows = headline_table(headline_rows(analysis))
     blocks = [
         Block("h1", "Learning-rate transfer across depth"),
         Block(
@@ -280,6 +363,8 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 else "are excluded from fits."
             ),
         ),
+        Block("h2", "Headline"),
+        Block("table", header=head_header, rows=head_rows),
         Block("h2", "Summary"),
         Block(
             "p",
@@ -314,6 +399,29 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             ],
         ),
     ]
+    if analysis.gaps:
+        blocks += [
+            Block("h2", "Loss gap between families at the deepest depth"),
+            Block(
+                "p",
+                "Best loss of a family minus the reference's best loss, at the deepest depth both reached (negative: "
+                "lower loss than the reference). The CI resamples each family's seeds independently.",
+            ),
+            Block(
+                "table",
+                header=["family − reference", "fraction", "L", "loss gap [95% CI]", "CI contains 0"],
+                rows=[
+                    [
+                        f"{g.family.label} − {g.reference.label}",
+                        fraction_label(g.fraction),
+                        str(g.depth),
+                        f"{g.gap:+.4f}" + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"),
+                        ("yes" if g.ci[0] <= 0 <= g.ci[1] else "no") if g.ci else "—",
+                    ]
+                    for g in analysis.gaps
+                ],
+            ),
+        ]
     if figures:
         blocks.append(Block("h2", "Figures"))
         for name, caption in figures:
@@ -337,7 +445,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     "method",
                     "flags",
                     "loss at base lr",
-                    "regret",
+                    "regret [95% CI]",
                 ],  # fmt: skip
                 rows=[_depth_row(d) for d in r.depths],
             )

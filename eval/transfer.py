@@ -51,6 +51,9 @@ class DepthResult:
     regret_method: str | None = None
     regret_note: str = ""
     loss_at_base_lr: float = math.nan
+    regret_ci: tuple[float, float] | None = None  # bootstrap percentile CI of the regret
+    # bootstrap draws of this depth's best (fitted) loss, for CIs of differences between families
+    loss_draws: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n_lr_tried(self) -> int:
@@ -127,6 +130,21 @@ class FractionResult:
         return next((d for d in self.depths if d.is_base), None)
 
 
+@dataclass(frozen=True)
+class PresetGap:
+    """Best loss of ``family`` minus that of ``reference`` at the deepest depth both reached
+    (negative: ``family`` trains to a lower loss). The CI resamples each family's seeds
+    independently; cells shared by both (the base depth) are never the deepest one compared."""
+
+    fraction: float
+    reference: Family
+    family: Family
+    depth: int
+    gap: float
+    ci: tuple[float, float] | None
+    note: str = ""
+
+
 @dataclass
 class TransferAnalysis:
     """Everything the outputs need: per family x fraction results, the curves and the notes."""
@@ -139,6 +157,7 @@ class TransferAnalysis:
     notes: list[Note] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     divergence_reasons: dict[str, str] = field(default_factory=dict)
+    gaps: list[PresetGap] = field(default_factory=list)
 
     def result(self, family: Family, fraction: float) -> FractionResult:
         return next(r for r in self.results if r.family == family and r.fraction == fraction)
@@ -264,6 +283,7 @@ def analyze(
             results.append(result)
             notes.extend(fam_notes)
     diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
+    gaps = [g for fraction in chosen for g in preset_gaps([r for r in results if r.fraction == fraction])]
     return TransferAnalysis(
         source=str(sweep.path),
         fractions=chosen,
@@ -281,7 +301,39 @@ def analyze(
             "presets": presets,
         },
         divergence_reasons=read_divergence_reasons(sweep.sweep_dir, diverged),
+        gaps=gaps,
     )
+
+
+def preset_gaps(results: list[FractionResult]) -> list[PresetGap]:
+    """Each family against the first one (one fraction), at the deepest depth both have an optimum."""
+    if len(results) < 2:
+        return []
+    ref = results[0]
+    ref_found = {d.depth: d for d in ref.depths if d.optimum.found}
+    gaps = []
+    for other in results[1:]:
+        found = {d.depth: d for d in other.depths if d.optimum.found}
+        common = sorted(set(ref_found) & set(found))
+        if not common:
+            continue
+        a, b = ref_found[common[-1]], found[common[-1]]
+        gap = b.optimum.loss - a.optimum.loss
+        ci, note = None, ""
+        if a.loss_draws is not None and b.loss_draws is not None:
+            diff = b.loss_draws - a.loss_draws  # independent resamples: pairing by index is arbitrary
+            diff = diff[np.isfinite(diff)]
+            if diff.size:
+                ci = _percentile_ci(diff)
+        else:
+            note = "no seed bootstrap for one of the two (single seeds or --bootstrap 0): no CI"
+        gaps.append(PresetGap(ref.fraction, ref.family, other.family, common[-1], float(gap), ci, note))
+    return gaps
+
+
+def _percentile_ci(draws: np.ndarray) -> tuple[float, float]:
+    lo, hi = np.percentile(draws, [(100 - CI_LEVEL) / 2, 100 - (100 - CI_LEVEL) / 2])
+    return float(lo), float(hi)
 
 
 def _ids(ids: list[str]) -> str:
@@ -432,6 +484,38 @@ def _fit_slope(results: list[DepthResult]) -> SlopeFit:
     return SlopeFit(slope=float(slope), intercept=float(intercept), stderr=stderr, n_depths=len(found))
 
 
+def _bootstrap_regrets(
+    found: list[DepthResult], draws_of: list[tuple[np.ndarray, list[Optimum]]], where_ff: str, notes: list[Note]
+) -> None:
+    """Regret CI per depth: in each draw, the base depth's resampled optimum is reused on this
+    depth's resampled curve, so the base optimum's own uncertainty is inside the interval."""
+    base_j = next((j for j, d in enumerate(found) if d.is_base), None)
+    if base_j is None:
+        return
+    base_optima = draws_of[base_j][1]
+    for j, d in enumerate(found):
+        if d.regret_status != "ok":
+            continue
+        means, optima = draws_of[j]
+        c = d.curve
+        regrets = np.full(len(optima), np.nan)
+        for b, (opt, base_opt) in enumerate(zip(optima, base_optima)):
+            at = loss_at(c.log2_lr, means[b], opt, base_opt.log2_lr, n_diverged=c.n_diverged)
+            if at.status == "ok":
+                regrets[b] = at.loss - opt.loss
+        ok = np.isfinite(regrets)
+        if ok.mean() < CI_LEVEL / 100:
+            notes.append(
+                Note(
+                    f"{where_ff} | L={d.depth}",
+                    f"no regret CI: in {int((~ok).sum())} of {ok.size} bootstrap draws the base depth's "
+                    "optimal LR fell outside this depth's usable LRs",
+                )
+            )
+            continue
+        d.regret_ci = _percentile_ci(regrets[ok])
+
+
 def _bootstrap(
     result: FractionResult, window: int, n_boot: int, rng: np.random.Generator, where_ff: str, notes: list[Note]
 ) -> None:
@@ -457,6 +541,7 @@ def _bootstrap(
         )
         notes.append(Note(where_ff, result.slope.ci_note))
     opt_boot = np.empty((n_boot, len(found)))
+    draws_of: list[tuple[np.ndarray, list[Optimum]]] = []  # per depth: resampled means, their optima
     for j, d in enumerate(found):
         c = d.curve
         means = np.full((n_boot, c.log2_lr.size), np.nan)
@@ -464,12 +549,14 @@ def _bootstrap(
             if losses.size:
                 draws = rng.integers(0, losses.size, size=(n_boot, losses.size))
                 means[:, i] = losses[draws].mean(axis=1)
-        for b in range(n_boot):
-            opt_boot[b, j] = fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged).log2_lr
+        optima = [fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged) for b in range(n_boot)]
+        opt_boot[:, j] = [o.log2_lr for o in optima]
+        d.loss_draws = np.array([o.loss for o in optima])
+        draws_of.append((means, optima))
     lo_q, hi_q = (100 - CI_LEVEL) / 2, 100 - (100 - CI_LEVEL) / 2
     for j, d in enumerate(found):
-        lo, hi = np.percentile(opt_boot[:, j], [lo_q, hi_q])
-        d.opt_ci = (float(lo), float(hi))
+        d.opt_ci = _percentile_ci(opt_boot[:, j])
+    _bootstrap_regrets(found, draws_of, where_ff, notes)
     if len(found) >= 2:
         x = np.log2([d.depth for d in found])
         xc = x - x.mean()

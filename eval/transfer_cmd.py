@@ -180,6 +180,12 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             f"{r.family.label:<28} {fraction_label(r.fraction):<12} base L={r.base_depth}  "
             f"slope {slope}{ci}  drift {drift}  max regret {regret}"
         )
+    for g in analysis.gaps:
+        ci = f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"
+        print(
+            f"loss gap {g.family.label} - {g.reference.label} at L={g.depth}, "
+            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}"
+        )
     if analysis.notes:
         print(f"{len(analysis.notes)} warning(s):")
         for note in analysis.notes:

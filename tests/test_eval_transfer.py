@@ -229,6 +229,44 @@ def test_regret_zero_without_drift_and_planted_with_drift(planted, fraction):
     assert K * 1.5**2 - 0.01 <= moving.max_regret <= K * 1.5**2 + K * grid_step**2 / 4 + 0.01
 
 
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_regret_ci_covers_the_planted_regret(planted, fraction):
+    moving, _ = depth_result(planted, "sp", fraction, L0)
+    for d in moving.depths:
+        lo, hi = d.regret_ci
+        assert lo <= d.regret <= hi
+        if not d.is_base:  # the planted regret K*(0.5*log2(L/L0))^2 > 0 is resolved from 0
+            assert lo > 0.0
+            assert lo - 0.01 <= K * (0.5 * math.log2(d.depth / L0)) ** 2 <= hi + K * 0.5**2 / 4 + 0.01
+    flat, _ = depth_result(planted, "depth_mup", fraction, L0)
+    deepest = flat.depths[-1]
+    assert deepest.regret_ci[0] <= 0.003 and deepest.regret_ci[1] < 0.01  # no drift: regret ~ 0
+
+
+def test_loss_gap_between_presets_at_the_deepest_depth(tmp_path):
+    rows = make_rows(seeds=(0, 1, 2))
+    for r in rows:  # plant: sp is 0.03 nats worse at L=16 at every LR; equal elsewhere
+        if r["parametrization.preset"] == "sp" and r["model.num_layers"] == 16 and r["val_loss"] != "":
+            r["val_loss"] += 0.03
+    analysis = run_analysis(tmp_path, rows)
+    assert [(g.fraction, g.reference.preset, g.family.preset, g.depth) for g in analysis.gaps] == [
+        (0.5, "depth_mup", "sp", 16),
+        (1.0, "depth_mup", "sp", 16),
+    ]
+    for g in analysis.gaps:
+        assert g.gap == pytest.approx(0.03, abs=0.005)
+        assert 0.0 < g.ci[0] <= g.gap <= g.ci[1] and g.ci[1] - g.ci[0] < 0.02
+
+    equal = run_analysis(tmp_path / "equal", make_rows(seeds=(0, 1, 2)))
+    for g in equal.gaps:
+        assert g.ci[0] <= 0.0 <= g.ci[1]
+
+
+def test_no_gap_ci_with_one_seed(tmp_path):
+    analysis = run_analysis(tmp_path, make_rows(seeds=(0,)))
+    assert analysis.gaps and all(g.ci is None and "no CI" in g.note for g in analysis.gaps)
+
+
 def test_noise_free_regret_is_exact_inside_the_bracket(tmp_path):
     analysis = run_analysis(tmp_path, make_rows(noise=0.0, seeds=(0,)), n_boot=0)
     _, d4 = depth_result(analysis, "sp", 1.0, 4)
@@ -554,3 +592,20 @@ def test_cli_registry_answers_for_commands_not_built_yet(monkeypatch, capsys):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert "transfer" in out and "later" in out
+
+
+def test_headline_gives_slope_regret_and_gap_with_cis(planted):
+    from eval.report import analysis_dict, headline_rows, headline_table
+
+    rows = {(h["family"], h["fraction"]): h for h in headline_rows(planted)}
+    assert len(rows) == 4
+    sp = rows[("sp", 1.0)]
+    assert sp["slope"] == pytest.approx(-0.5, abs=0.02) and sp["slope_ci"][0] <= -0.5 <= sp["slope_ci"][1]
+    assert sp["deepest_depth"] == 16
+    lo, hi = sp["regret_at_deepest_ci"]
+    assert lo <= sp["regret_at_deepest"] <= hi and lo > 0.15  # planted 0.225
+    assert sp["gap_reference"] == "depth_mup" and sp["loss_gap_ci"][0] <= 0.0 <= sp["loss_gap_ci"][1]
+    assert rows[("depth_mup", 1.0)]["gap_reference"] is None
+    header, cells = headline_table(list(rows.values()))
+    assert all(len(c) == len(header) for c in cells)
+    assert analysis_dict(planted, [])["headline"] == headline_rows(planted)
