@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,67 +32,10 @@ import yaml
 
 from launch.demo_corpus import ATTRIBUTION, CorpusError, build_jsonl
 from launch.errors import LaunchError
+from launch.study import Study, available, load_study
 from runconfig import atomic_write_text
 
-
-@dataclass(frozen=True)
-class DemoSettings:
-    """Everything that sizes the study; ``FULL`` and ``QUICK`` below are the two presets."""
-
-    name: str
-    depths: tuple[int, ...]
-    presets: tuple[str, ...]
-    base_lrs_log2: tuple[float, ...]  # the grid at the base depth (= depths[0] = L0)
-    window: int  # LR points at each deeper depth, centred on the previous depth's optimum
-    step_log2: float  # LR spacing in octaves
-    max_widen: int  # extra points allowed per (preset, depth) when the optimum is at an edge
-    hidden_size: int
-    heads: int
-    seq_length: int
-    batch: int
-    steps: int
-    warmup: int
-    vocab_size: int
-    eval_batches: int
-    claims: bool  # False for the smoke test: no conclusions are printed
-
-
-FULL = DemoSettings(
-    name="demo",
-    depths=(2, 4, 8, 16),
-    presets=("sp", "depth_mup"),
-    base_lrs_log2=(-9.0, -8.0, -7.0, -6.0),
-    window=3,
-    step_log2=1.0,
-    max_widen=1,
-    hidden_size=128,
-    heads=4,
-    seq_length=128,
-    batch=16,
-    steps=200,
-    warmup=20,
-    vocab_size=2048,
-    eval_batches=8,
-    claims=True,
-)
-
-QUICK = replace(
-    FULL,
-    name="demo_quick",
-    depths=(2, 4),
-    base_lrs_log2=(-8.0, -6.0),
-    window=2,
-    step_log2=2.0,
-    max_widen=0,
-    hidden_size=64,
-    seq_length=64,
-    batch=8,
-    steps=30,
-    warmup=5,
-    vocab_size=512,
-    eval_batches=2,
-    claims=False,
-)
+DemoSettings = Study  # the planner's name for a study's settings (launch/study.py)
 
 
 def _log(msg: str) -> None:
@@ -317,13 +260,13 @@ def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: DemoSettings) -> d
     deepest = s.depths[-1]
     if sp and dm and sp["best_end_loss"][deepest] is not None and dm["best_end_loss"][deepest] is not None:
         out["depth_mup_minus_sp_at_deepest"] = dm["best_end_loss"][deepest] - sp["best_end_loss"][deepest]
-    out["transfer"] = {
-        key: report.get(key) for key in ("summary", "per_preset") if isinstance(report, dict) and key in report
-    }
+    out["transfer_headline"] = report.get("headline", []) if isinstance(report, dict) else []
     return out
 
 
 def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
+    from eval.report import headline_table
+
     depths = s.depths
     lines = [
         f"Depth transfer at CPU scale ({s.name}: width {s.hidden_size}, {s.heads} heads, sequence "
@@ -341,7 +284,7 @@ def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
             for d in depths
         ]
         rise = row["loss_rise_deepest_minus_base"]
-        lines.append(f"| {preset} | " + " | ".join(cells) + f" | {rise:+.3f} |" if rise is not None else " | - |")
+        lines.append(f"| {preset} | " + " | ".join(cells) + (f" | {rise:+.3f} |" if rise is not None else " | - |"))
     lines += [
         "",
         "Cells: best end-of-training validation loss (nats) and the grid LR that gave it. "
@@ -349,6 +292,16 @@ def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
     ]
     if "depth_mup_minus_sp_at_deepest" in h:
         lines.append(f"depth_mup minus sp at L={depths[-1]}: {h['depth_mup_minus_sp_at_deepest']:+.3f} nats.")
+    if h.get("transfer_headline"):
+        header, rows = headline_table(h["transfer_headline"])
+        lines += [
+            "",
+            "Transfer (`eval transfer`: quadratic optima, 95% seed-bootstrap CIs; no CI where a cell has one seed):",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|---" * len(header) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows),
+        ]
     lines.append(f"Corpus: {ATTRIBUTION}.")
     return "\n".join(lines) + "\n"
 
@@ -406,13 +359,21 @@ def run_demo(out: Path, s: DemoSettings, workers: int) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="a ~3 minute smoke test (tiny model, no claims)")
+    parser.add_argument(
+        "--study", default=None, help=f"study name in configs/studies ({', '.join(available())}) or a YAML path"
+    )
+    parser.add_argument("--quick", action="store_true", help="the 'quick' study: a ~3 minute smoke test, no claims")
+    parser.add_argument("--depths", type=int, nargs="+", default=None, help="override the study's depths (first = L0)")
     parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>)")
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
 
 
 def main(args: argparse.Namespace) -> int:
-    s = QUICK if args.quick else FULL
+    if args.quick and args.study:
+        raise LaunchError("--quick is the study 'quick': give --quick or --study, not both")
+    s = load_study(
+        "quick" if args.quick else (args.study or "default"), depths=tuple(args.depths) if args.depths else None
+    )
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:
         raise LaunchError("--workers: must be >= 1")

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -74,3 +75,46 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     assert second.returncode == 0, second.stderr[-4000:]
     assert _run_files(sweep) == runs  # nothing trained twice, nothing lost
     assert json.loads((out / "demo_summary.json").read_text())["presets"] == summary["presets"]
+
+
+def test_summary_row_without_a_deepest_loss_keeps_its_cells():
+    """A preset with no loss at the deepest depth still prints its other depths."""
+    from launch.demo import render_markdown
+    from launch.study import load_study
+
+    h = {
+        "presets": {
+            "sp": {
+                "best_end_loss": {2: 5.0, 4: None},
+                "best_lr_log2": {2: -8.0, 4: None},
+                "loss_rise_deepest_minus_base": None,
+            }
+        }
+    }
+    md = render_markdown(h, load_study("quick"), 1.0)
+    assert "| sp | 5.000 (2^-8) | - | - |" in md
+
+
+def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
+    from launch.errors import LaunchError
+    from launch.study import load_study, study_path
+
+    default = load_study("default")
+    assert default.name == "demo" and default.depths == (2, 4, 8, 16) and default.presets == ("sp", "depth_mup")
+    assert load_study("quick", depths=(2, 8)).depths == (2, 8)
+    text = study_path("quick").read_text()
+    cases = {
+        "depths: [4, 2]": "depths: must be positive and strictly increasing",
+        "window: two": "window: bad value 'two'",
+        "bogus: 1": "unknown key(s) ['bogus']",
+    }
+    for line, message in cases.items():
+        key = line.split(":")[0]
+        edited = "\n".join(x for x in text.splitlines() if not x.startswith(key + ":")) + "\n" + line + "\n"
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(edited)
+        with pytest.raises(LaunchError, match=re.escape(message)) as err:
+            load_study(str(path))
+        assert str(path) in str(err.value)
+    with pytest.raises(LaunchError, match="no file"):
+        load_study("nope")

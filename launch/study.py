@@ -1,0 +1,117 @@
+"""Study definitions as data: one YAML file per study under ``configs/studies/`` (or any path).
+
+A study sizes the adaptive depth-transfer sweep that ``python -m launch demo`` runs: presets,
+depths, the LR search and the model/training shape. This module only reads and validates
+them; the planner (``launch.demo``) applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launch.errors import LaunchError
+
+STUDIES_DIR = Path(__file__).resolve().parents[1] / "configs" / "studies"
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything that sizes one study (keys of its YAML file, all required)."""
+
+    name: str
+    depths: tuple[int, ...]
+    presets: tuple[str, ...]
+    base_lrs_log2: tuple[float, ...]  # the grid at the base depth (= depths[0] = L0)
+    window: int  # LR points at each deeper depth, centred on the previous depth's optimum
+    step_log2: float  # LR spacing in octaves
+    max_widen: int  # extra points allowed per (preset, depth) when the optimum is at an edge
+    hidden_size: int
+    heads: int
+    seq_length: int
+    batch: int
+    steps: int
+    warmup: int
+    vocab_size: int
+    eval_batches: int
+    claims: bool  # False for a smoke test: no conclusions are printed
+
+
+_TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
+
+
+def study_path(name_or_path: str) -> Path:
+    """``NAME`` -> ``configs/studies/NAME.yaml``; anything with a suffix or a slash is a path."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    return STUDIES_DIR / f"{name_or_path}.yaml"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
+
+
+def load_study(name_or_path: str, **overrides: Any) -> Study:
+    """Read and check a study file; ``overrides`` (e.g. ``depths=(2, 4)``) replace its keys."""
+    path = study_path(name_or_path)
+    if not path.is_file():
+        raise LaunchError(f"--study {name_or_path}: no file {path} (studies here: {', '.join(available())})")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise LaunchError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise LaunchError(f"{path}: expected a mapping of study keys")
+    names = [f.name for f in fields(Study)]
+    unknown = sorted(set(raw) - set(names))
+    missing = [n for n in names if n not in raw]
+    if unknown:
+        raise LaunchError(f"{path}: unknown key(s) {unknown}; a study has {names}")
+    if missing:
+        raise LaunchError(f"{path}: missing key(s) {missing}")
+    values: dict[str, Any] = {}
+    for f in fields(Study):
+        values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
+    study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
+    _check(path, study)
+    return study
+
+
+def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
+    if key in _TUPLES:
+        kind = _TUPLES[key]
+        if not isinstance(value, list) or not value:
+            raise LaunchError(f"{path}: {key}: expected a non-empty list, got {value!r}")
+        try:
+            return tuple(kind(v) if not isinstance(v, bool) else _bad(path, key, v) for v in value)
+        except (TypeError, ValueError) as exc:
+            raise LaunchError(f"{path}: {key}: expected a list of {kind.__name__}, got {value!r}") from exc
+    expected = {"str": str, "int": int, "float": (int, float), "bool": bool}[str(type_name)]
+    if isinstance(value, bool) and expected is not bool:
+        _bad(path, key, value)
+    if not isinstance(value, expected):
+        _bad(path, key, value)
+    return float(value) if str(type_name) == "float" else value
+
+
+def _bad(path: Path, key: str, value: Any) -> Any:
+    raise LaunchError(f"{path}: {key}: bad value {value!r}")
+
+
+def _check(path: Path, s: Study) -> None:
+    if list(s.depths) != sorted(set(s.depths)) or s.depths[0] < 1:
+        raise LaunchError(f"{path}: depths: must be positive and strictly increasing, got {list(s.depths)}")
+    if len(set(s.presets)) != len(s.presets):
+        raise LaunchError(f"{path}: presets: listed twice in {list(s.presets)}")
+    for key in ("window", "hidden_size", "heads", "seq_length", "batch", "steps", "vocab_size", "eval_batches"):
+        if getattr(s, key) < 1:
+            raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
+    if s.max_widen < 0 or s.step_log2 <= 0:
+        raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0")
+    if not 0 <= s.warmup < s.steps:
+        raise LaunchError(f"{path}: warmup: must be in [0, steps={s.steps}), got {s.warmup}")
+    if s.hidden_size % s.heads:
+        raise LaunchError(f"{path}: hidden_size {s.hidden_size} is not divisible by heads {s.heads}")
