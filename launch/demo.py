@@ -32,6 +32,7 @@ import yaml
 
 from launch.demo_corpus import ATTRIBUTION, CorpusError, build_jsonl
 from launch.errors import LaunchError
+from launch.planner import PENDING, Outcome, Planner, Point, key
 from launch.study import Study, available, load_study
 from runconfig import atomic_write_text
 
@@ -87,12 +88,11 @@ def _end_loss(summary: Optional[dict]) -> Optional[float]:
 
 
 class AdaptiveSweep:
-    """One sweep plan that grows as results arrive: each preset walks the depths on its own.
+    """Executes what :class:`launch.planner.Planner` asks for, as one growing sweep plan.
 
-    The next points of a preset are a pure function of what is in the plan and what has
-    finished (:meth:`frontier`), so the study resumes from ``sweep.yaml`` after any
-    interruption. Points are fed to the executor as runs finish (``on_done``), so both
-    presets' chains keep every worker busy without a barrier per depth.
+    Points are fed to the executor as runs finish (``on_done``), so both presets' chains keep
+    every worker busy without a barrier per depth; the plan lives in ``sweep.yaml``, so the
+    study resumes after any interruption and a rerun trains nothing twice.
     """
 
     def __init__(self, sweep_dir: Path, spec_path: Path, s: DemoSettings, workers: int) -> None:
@@ -103,124 +103,92 @@ class AdaptiveSweep:
         self.spec_path = spec_path
         self.spec = load_spec(spec_path)
         self.s = s
+        self.planner = Planner(s)
         self.workers = workers
         self.plan = None
-        self.tried: dict[tuple[str, int], dict[float, str]] = {}  # (preset, depth) -> log2 lr -> run id
+        self.points: dict[Point, str] = {}  # point -> run id
         if (sweep_dir / "sweep.yaml").is_file():
             self.plan = read_plan(sweep_dir)
             for run in self.plan.runs:
-                key = (run.point["parametrization.preset"], run.point["model.num_layers"])
-                self.tried.setdefault(key, {})[_octave(math.log2(run.point["optimizer.lr"]))] = run.run_id
+                self.points[point_of(run.point)] = run.run_id
 
-    # ------------------------------------------------------------------ state
     def _state(self, run_id: str):
         from launch.run_state import run_state
         from launch.sweep_dir import run_dir
 
         return run_state(run_dir(self.sweep_dir, run_id), self.plan.executor.max_retries)
 
-    def owner(self, preset: str, depth: int) -> str:
-        """Whose runs stand for ``preset`` at ``depth``: at the base depth every preset is the
-        same model (patches reduce to unpatched megatron there), so the first preset trains it."""
-        return self.s.presets[0] if depth == self.s.depths[0] else preset
-
-    def losses(self, preset: str, depth: int) -> dict[float, Optional[float]]:
-        """log2 lr -> end-of-training val loss (None: diverged, failed or not finished)."""
+    def results(self) -> dict[Point, Outcome]:
+        """Every planned point's outcome: end loss, None (failed/diverged) or PENDING."""
         from launch.run_state import read_summary
         from launch.sweep_dir import run_dir
 
-        return {
-            lr: _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
-            for lr, rid in sorted(self.tried.get((self.owner(preset, depth), depth), {}).items())
-        }
+        out: dict[Point, Outcome] = {}
+        for point, rid in self.points.items():
+            if self._state(rid).needs_work:
+                out[point] = PENDING
+            else:
+                out[point] = _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
+        return out
+
+    def losses(self, preset: str, depth: int) -> dict[float, Optional[float]]:
+        """log2 lr -> seed-mean end-of-training val loss (None: no finished usable seed)."""
+        results = self.results()
+        owner = self.planner.owner(preset, depth)
+        by_lr: dict[float, list[float]] = {}
+        for p, o in results.items():
+            if p.preset == owner and p.depth == depth:
+                by_lr.setdefault(p.log2_lr, [])
+                if isinstance(o, float):
+                    by_lr[p.log2_lr].append(o)
+        return {lr: (sum(v) / len(v) if v else None) for lr, v in sorted(by_lr.items())}
 
     def best(self, preset: str, depth: int) -> Optional[float]:
-        finite = {lr: loss for lr, loss in self.losses(preset, depth).items() if loss is not None}
-        return min(finite, key=finite.get) if finite else None
+        return self.planner.best(preset, depth, self.results())
 
-    def _finished(self, preset: str, depth: int) -> bool:
-        ids = self.tried.get((self.owner(preset, depth), depth), {}).values()
-        return bool(ids) and not any(self._state(rid).needs_work for rid in ids)
-
-    def frontier(self, preset: str) -> list[tuple[int, float]]:
-        """The (depth, log2 lr) points this preset should run next; [] while waiting or done."""
-        s = self.s
-        for i, depth in enumerate(s.depths):
-            owner = self.owner(preset, depth)
-            tried = self.tried.get((owner, depth), {})
-            if i == 0:
-                planned = list(s.base_lrs_log2)
-            else:
-                center = self.best(preset, s.depths[i - 1])
-                if center is None:
-                    return []  # nothing usable at the previous depth: this chain stops
-                planned = window_around(center, s)
-            missing = [(depth, lr) for lr in map(_octave, planned) if lr not in tried]
-            if missing:
-                return missing if owner == preset else []  # the shared base is the owner's to run
-            if not self._finished(preset, depth):
-                return []
-            widened = len(tried) - len(planned)
-            if owner == preset and widened < s.max_widen:
-                edge = self._widen(preset, depth)
-                if edge is not None:
-                    return [(depth, edge)]
-        return []
-
-    def _widen(self, preset: str, depth: int) -> Optional[float]:
-        """One more LR beyond the edge the optimum sits on (None when it is inside)."""
-        losses = self.losses(preset, depth)
-        best = self.best(preset, depth)
-        if best is None:
-            return None
-        tried = sorted(losses)
-        if best == tried[0]:
-            return tried[0] - self.s.step_log2
-        if best == tried[-1]:
-            return tried[-1] + self.s.step_log2
-        return None
-
-    # ------------------------------------------------------------------ running
-    def _add(self, preset: str, points: list[tuple[int, float]]) -> list:
+    def _add(self, points: list[Point]) -> list:
         from launch.sweep_dir import write_plan
         from launch.sweep_spec import expand
 
         added = []
-        for depth, lr_log2 in points:
-            spec = replace(
-                self.spec,
-                grid={"model.num_layers": [depth], "parametrization.preset": [preset], "optimizer.lr": [2.0**lr_log2]},
-            )
-            stage = expand(self.spec_path, spec)
+        for point in points:
+            grid = {
+                "model.num_layers": [point.depth],
+                "parametrization.preset": [point.preset],
+                "optimizer.lr": [2.0**point.log2_lr],
+            }
+            if point.seed:  # seed 0 is the base config's: run IDs of one-seed studies stay as they were
+                grid["run.seed"] = [point.seed]
+            stage = expand(self.spec_path, replace(self.spec, grid=grid))
             if self.plan is None:
                 self.plan = replace(stage, runs=[])
             known = {r.run_id for r in self.plan.runs}
             for run in stage.runs:
                 if run.run_id not in known:
                     self.plan.runs.append(run)
-                self.tried.setdefault((preset, depth), {})[_octave(lr_log2)] = run.run_id
-                added.append(run)
-            _log(f"queued {preset} L={depth} lr=2^{lr_log2:g}")
+                    added.append(run)
+                self.points[point] = run.run_id
+            _log(f"queued {point.preset} L={point.depth} lr=2^{point.log2_lr:g} seed {point.seed}")
         if added:
             write_plan(self.sweep_dir, self.plan)
         return added
 
-    def _advance(self, preset: str) -> list:
-        return self._add(preset, self.frontier(preset))
+    def _advance(self) -> list:
+        return self._add(self.planner.next_points(self.results()))
 
     def run(self) -> None:
         """Drive every preset to the end of its chain (resumes whatever is unfinished)."""
         from launch.executor_local import execute
 
         while True:
-            queued = [run for p in self.s.presets for run in self._advance(p)]
+            queued = self._advance()
             pending = [r for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
             ids = list(dict.fromkeys(r.run_id for r in [*pending, *queued]))
             if not ids:
                 return
 
             def on_done(run) -> list:  # a finished run may unblock any chain (the shared base)
-                return [r for p in self.s.presets for r in self._advance(p)]
+                return self._advance()
 
             result = execute(
                 self.sweep_dir, self.plan, only=ids, max_parallel=self.workers, progress=False, on_done=on_done
@@ -231,14 +199,13 @@ class AdaptiveSweep:
                 return
 
 
-def _octave(lr_log2: float) -> float:
-    """log2 LR as a dict key that survives a float round trip through sweep.yaml."""
-    return round(lr_log2, 6)
-
-
-def window_around(center: float, s: DemoSettings) -> list[float]:
-    half = (s.window - 1) / 2
-    return [center + s.step_log2 * (k - half) for k in range(s.window)]
+def point_of(values: dict[str, Any]) -> Point:
+    return Point(
+        str(values["parametrization.preset"]),
+        int(values["model.num_layers"]),
+        key(math.log2(values["optimizer.lr"])),
+        int(values.get("run.seed", 0)),
+    )
 
 
 def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: DemoSettings) -> dict[str, Any]:
@@ -337,7 +304,12 @@ def run_demo(out: Path, s: DemoSettings, workers: int) -> int:
     report_dir = out / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        code = eval_main(["transfer", str(sweep_dir), "--out", str(report_dir), "--shared-base", s.presets[0]])
+        code = eval_main(
+            [
+                "transfer", str(sweep_dir), "--out", str(report_dir), "--shared-base", s.presets[0],
+                "--fit-window", str(s.fit_window),
+            ]
+        )  # fmt: skip
     _log(f"eval transfer: exit {code}; its warnings are in {report_dir / 'eval.log'} and report.md")
     if code not in (0, 1):
         _log(f"eval transfer exited {code}")

@@ -29,6 +29,9 @@ class Study:
     window: int  # LR points at each deeper depth, centred on the previous depth's optimum
     step_log2: float  # LR spacing in octaves
     max_widen: int  # extra points allowed per (preset, depth) when the optimum is at an edge
+    seeds: int  # seeds (run.seed: initialization) at the best LR and its neighbours
+    refine_log2: float  # 0: none; else all seeds at best +- this many octaves
+    fit_window: int  # eval transfer --fit-window: usable neighbours each side in the quadratic fit
     hidden_size: int
     heads: int
     seq_length: int
@@ -106,7 +109,19 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: depths: must be positive and strictly increasing, got {list(s.depths)}")
     if len(set(s.presets)) != len(s.presets):
         raise LaunchError(f"{path}: presets: listed twice in {list(s.presets)}")
-    for key in ("window", "hidden_size", "heads", "seq_length", "batch", "steps", "vocab_size", "eval_batches"):
+    if s.refine_log2 < 0 or s.refine_log2 >= s.step_log2:
+        raise LaunchError(f"{path}: refine_log2: must be in [0, step_log2={s.step_log2}), got {s.refine_log2}")
+    for key in (
+        "window",
+        "seeds",
+        "hidden_size",
+        "heads",
+        "seq_length",
+        "batch",
+        "steps",
+        "vocab_size",
+        "eval_batches",
+    ):
         if getattr(s, key) < 1:
             raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
     if s.max_widen < 0 or s.step_log2 <= 0:

@@ -55,8 +55,21 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     sweep = out / "sweep"
     runs = _run_files(sweep)
     statuses = [json.loads((sweep / "runs" / rid / "summary.json").read_text())["status"] for rid in runs]
-    # base grid (2 LRs, shared) + a 2-point window per preset at L=4
-    assert len(runs) == 2 + 2 * 2 and statuses.count("completed") >= 4, statuses
+    # exactly the planner's points: the finished study asks for nothing more, and every planned run exists
+    from launch.demo import point_of
+    from launch.planner import Planner
+    from launch.study import load_study
+    from launch.sweep_dir import read_plan
+
+    plan = read_plan(sweep)
+    outcomes = {}
+    for run in plan.runs:
+        s = json.loads((sweep / "runs" / run.run_id / "summary.json").read_text())
+        outcomes[point_of(run.point)] = s.get("final_val_loss") if s["status"] == "completed" else None
+    assert len(outcomes) == len(runs) == len(plan.runs)
+    assert Planner(load_study("quick")).next_points(outcomes) == []
+    assert {p.seed for p in outcomes} == {0, 1}  # seeds were spent
+    assert statuses.count("completed") >= len(runs) - 2, statuses
     with open(sweep / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * len(runs)  # one row per run and eval point (mid, end)
