@@ -563,9 +563,7 @@ def _bootstrap(
         return
     n_single = int(np.sum(seeds == 1))
     if n_single:
-        result.slope.ci_note = (
-            f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise is not in the CI"
-        )
+        result.slope.ci_note = f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise in the CI is the pooled residuals of their curve"
         notes.append(Note(where_ff, result.slope.ci_note))
     opt_boot = np.empty((n_boot, len(found)))
     draws_of: list[tuple[np.ndarray, list[Optimum]]] = []  # per depth: resampled means, their optima

@@ -113,7 +113,8 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     from launch.study import load_study, study_path
 
     default = load_study("default")
-    assert default.name == "demo" and default.depths == (2, 4, 8, 16) and default.presets == ("sp", "depth_mup")
+    assert default.name == "demo" and default.depths == (2, 4, 8, 16, 32) and default.presets == ("sp", "depth_mup")
+    assert (default.seeds, default.refine_log2, default.fit_window) == (3, 0.5, 2)
     assert load_study("quick", depths=(2, 8)).depths == (2, 8)
     text = study_path("quick").read_text()
     cases = {
