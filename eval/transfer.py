@@ -134,7 +134,8 @@ class FractionResult:
 class PresetGap:
     """Best loss of ``family`` minus that of ``reference`` at the deepest depth both reached
     (negative: ``family`` trains to a lower loss). The CI resamples each family's seeds
-    independently; cells shared by both (the base depth) are never the deepest one compared."""
+    independently, which is right for distinct runs; when the base depth is the only depth both
+    reached, its runs are shared and the gap is 0."""
 
     fraction: float
     reference: Family
@@ -492,7 +493,7 @@ def _resampled_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.random.
     by sqrt(n_i/(n_i-1)) so their variance is unbiased. Resampling a cell's own 3 seeds
     instead shrinks the spread by (n-1)/n and has only 2 degrees of freedom: on planted
     sweeps its nominal 95% CIs of the optimum covered the truth 75% of the time
-    (tests/test_planner.py). Assumes the seed noise is alike across the LRs of one curve;
+    (docs/eval.md). Assumes the seed noise is alike across the LRs of one curve;
     cells with one seed get noise too. Falls back to per-cell resampling when no cell has
     two seeds (then every cell is constant and there is no CI anyway).
     """
@@ -574,7 +575,6 @@ def _bootstrap(
         opt_boot[:, j] = [o.log2_lr for o in optima]
         d.loss_draws = np.array([o.loss for o in optima])
         draws_of.append((means, optima))
-    lo_q, hi_q = (100 - CI_LEVEL) / 2, 100 - (100 - CI_LEVEL) / 2
     for j, d in enumerate(found):
         d.opt_ci = _percentile_ci(opt_boot[:, j])
     _bootstrap_regrets(found, draws_of, where_ff, notes)
@@ -582,8 +582,5 @@ def _bootstrap(
         x = np.log2([d.depth for d in found])
         xc = x - x.mean()
         slopes = (opt_boot - opt_boot.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
-        lo, hi = np.percentile(slopes, [lo_q, hi_q])
-        result.slope.ci_low, result.slope.ci_high = float(lo), float(hi)
-        drifts = np.ptp(opt_boot, axis=1)
-        dlo, dhi = np.percentile(drifts, [lo_q, hi_q])
-        result.drift_ci = (float(dlo), float(dhi))
+        result.slope.ci_low, result.slope.ci_high = _percentile_ci(slopes)
+        result.drift_ci = _percentile_ci(np.ptp(opt_boot, axis=1))

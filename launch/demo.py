@@ -36,14 +36,12 @@ from launch.planner import PENDING, Outcome, Planner, Point, key
 from launch.study import Study, available, load_study
 from runconfig import atomic_write_text
 
-DemoSettings = Study  # the planner's name for a study's settings (launch/study.py)
-
 
 def _log(msg: str) -> None:
     print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
-def base_config(s: DemoSettings, manifest_dir: Path) -> dict[str, Any]:
+def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
     """The run config every demo run starts from (depth, preset and LR are swept)."""
     return {
         "model": {
@@ -65,7 +63,7 @@ def base_config(s: DemoSettings, manifest_dir: Path) -> dict[str, Any]:
     }
 
 
-def prepare_data(out: Path, s: DemoSettings, workers: int) -> Path:
+def prepare_data(out: Path, s: Study, workers: int) -> Path:
     """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done."""
     from data_prep.api import build_from_texts
 
@@ -95,7 +93,7 @@ class AdaptiveSweep:
     study resumes after any interruption and a rerun trains nothing twice.
     """
 
-    def __init__(self, sweep_dir: Path, spec_path: Path, s: DemoSettings, workers: int) -> None:
+    def __init__(self, sweep_dir: Path, spec_path: Path, s: Study, workers: int) -> None:
         from launch.sweep_dir import read_plan
         from launch.sweep_spec import load_spec
 
@@ -130,21 +128,6 @@ class AdaptiveSweep:
             else:
                 out[point] = _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
         return out
-
-    def losses(self, preset: str, depth: int) -> dict[float, Optional[float]]:
-        """log2 lr -> seed-mean end-of-training val loss (None: no finished usable seed)."""
-        results = self.results()
-        owner = self.planner.owner(preset, depth)
-        by_lr: dict[float, list[float]] = {}
-        for p, o in results.items():
-            if p.preset == owner and p.depth == depth:
-                by_lr.setdefault(p.log2_lr, [])
-                if isinstance(o, float):
-                    by_lr[p.log2_lr].append(o)
-        return {lr: (sum(v) / len(v) if v else None) for lr, v in sorted(by_lr.items())}
-
-    def best(self, preset: str, depth: int) -> Optional[float]:
-        return self.planner.best(preset, depth, self.results())
 
     def _add(self, points: list[Point]) -> list:
         from launch.sweep_dir import write_plan
@@ -208,12 +191,13 @@ def point_of(values: dict[str, Any]) -> Point:
     )
 
 
-def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: DemoSettings) -> dict[str, Any]:
+def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study) -> dict[str, Any]:
     """Best end-of-training loss per depth per preset, its rise with depth, and the LR optima."""
     out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "presets": {}}
+    results = sweep.results()  # one read of every run's summary
     for preset in s.presets:
-        best = {d: min((v for v in sweep.losses(preset, d).values() if v is not None), default=None) for d in s.depths}
-        opt = {d: sweep.best(preset, d) for d in s.depths}
+        best = {d: min(sweep.planner.means(preset, d, results).values(), default=None) for d in s.depths}
+        opt = {d: sweep.planner.best(preset, d, results) for d in s.depths}
         finite = [v for v in best.values() if v is not None]
         out["presets"][preset] = {
             "best_end_loss": best,
@@ -231,7 +215,7 @@ def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: DemoSettings) -> d
     return out
 
 
-def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
+def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
     from eval.report import headline_table
 
     depths = s.depths
@@ -273,7 +257,7 @@ def render_markdown(h: dict[str, Any], s: DemoSettings, minutes: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_demo(out: Path, s: DemoSettings, workers: int) -> int:
+def run_demo(out: Path, s: Study, workers: int) -> int:
     from launch.status import collect_states, print_report, write_results
 
     t0 = time.time()

@@ -60,7 +60,7 @@ class Planner:
 
     def best(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> Optional[float]:
         """The LR with the lowest seed-mean loss at ``depth`` (None: nothing usable)."""
-        means = self._means(preset, depth, results)
+        means = self.means(preset, depth, results)
         return min(means, key=means.get) if means else None
 
     # ---------------------------------------------------------------- internals
@@ -73,7 +73,8 @@ class Planner:
                 cells.setdefault(key(p.log2_lr), {})[p.seed] = outcome
         return cells
 
-    def _means(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> dict[float, float]:
+    def means(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> dict[float, float]:
+        """log2 LR -> mean end loss over the finished, finite seeds (LRs without one left out)."""
         means = {}
         for lr, outcomes in self._cells(preset, depth, results).items():
             losses = [o for o in outcomes.values() if isinstance(o, float) and math.isfinite(o)]

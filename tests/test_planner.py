@@ -11,7 +11,6 @@ import math
 from dataclasses import replace
 
 import numpy as np
-import pytest
 
 from eval.results import read_results
 from eval.transfer import analyze
@@ -110,7 +109,7 @@ def test_pending_runs_hold_their_depth_and_failures_end_a_chain():
     assert planner.next_points(failed) == []
 
 
-def test_planted_optima_are_recovered_and_covered_by_the_ci():
+def test_planted_optima_are_recovered_and_covered_by_the_ci(tmp_path):
     """Over repetitions with fresh seed noise: optima within 0.25 octave of the planted ones
     (median), and the 95% bootstrap CI covers the planted optimum in most cells. Measured
     coverage over 400 cells is 0.89 (benchmarks/study_ci_coverage.py), under the nominal 0.95:
@@ -120,7 +119,7 @@ def test_planted_optima_are_recovered_and_covered_by_the_ci():
     for rep in range(20):
         results = simulate(s, np.random.default_rng(100 + rep))
         analysis = analyze(
-            read_results(write_sweep(_tmp() / f"rep{rep}", rows_of(results, s.presets))),
+            read_results(write_sweep(tmp_path / f"rep{rep}", rows_of(results, s.presets))),
             n_boot=300,
             boot_seed=rep,
             window=2,
@@ -134,24 +133,3 @@ def test_planted_optima_are_recovered_and_covered_by_the_ci():
                 cells += 1
     assert np.median(errors) <= 0.25 and max(errors) <= 0.5, sorted(errors)[-5:]
     assert covered / cells >= 0.85, (covered, cells)
-
-
-_TMP = {}
-
-
-def _tmp():
-    import tempfile
-    from pathlib import Path
-
-    if "dir" not in _TMP:
-        _TMP["dir"] = Path(tempfile.mkdtemp(prefix="planner-"))
-    return _TMP["dir"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cleanup():
-    yield
-    import shutil
-
-    if "dir" in _TMP:
-        shutil.rmtree(_TMP.pop("dir"), ignore_errors=True)
