@@ -405,7 +405,8 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             Block(
                 "p",
                 "Best loss of a family minus the reference's best loss, at the deepest depth both reached (negative: "
-                "lower loss than the reference). The CI resamples each family's seeds independently.",
+                "lower loss than the reference). The reference is the first family that differs only in the preset "
+                "(one per block type, width, ...). The CI resamples each family's seeds independently.",
             ),
             Block(
                 "table",

@@ -239,29 +239,43 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
     """Use ``source``'s runs at the base depth for every other preset, and say so.
 
     At ``L = L0`` every preset is the same model (``patches`` reduces to unpatched megatron
-    there, tested bit-identical), so a sweep may train the base depth once. The shared rows
-    get run IDs ``<id>@<preset>``; presets that have their own base-depth rows keep them.
+    there, tested bit-identical), so a sweep may train the base depth once. Sharing happens
+    within each combination of the other swept keys (e.g. ``model.block``): a preset's runs
+    get the ``source`` base runs with the same values. The shared rows get run IDs
+    ``<id>@<preset>``; presets that have their own base-depth rows there keep them.
     """
     rows = sweep.rows
-    at_base = rows[(rows["preset"] == source) & (rows["depth"] == rows["base_depth"])]
-    if at_base.empty:
+    extra = list(sweep.extra_keys)
+
+    def combos(frame: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
+        if not extra:
+            return {(): frame}
+        return {(k if isinstance(k, tuple) else (k,)): g for k, g in frame.groupby(extra, sort=True, dropna=False)}
+
+    source_base = rows[(rows["preset"] == source) & (rows["depth"] == rows["base_depth"])]
+    if source_base.empty:
         raise ResultsError(f"{sweep.path}: --shared-base {source}: no rows of preset {source!r} at its base depth")
+    at_base = combos(source_base)
     copies, shared = [], []
     for preset in sorted(set(rows["preset"]) - {source}):
-        mine = rows[rows["preset"] == preset]
-        if (mine["depth"] == mine["base_depth"]).any():
-            continue
-        bases = set(mine["base_depth"])
-        if bases != set(at_base["base_depth"]):
-            raise ResultsError(
-                f"{sweep.path}: --shared-base {source}: preset {preset!r} has base depth(s) {sorted(bases)}, "
-                f"{source!r} {sorted(set(at_base['base_depth']))}; only the same base shape can be shared"
-            )
-        copy = at_base.copy()
-        copy["preset"] = preset
-        copy["run_id"] = copy["run_id"] + "@" + preset
-        copies.append(copy)
-        shared.append(preset)
+        for values, mine in combos(rows[rows["preset"] == preset]).items():
+            if (mine["depth"] == mine["base_depth"]).any():
+                continue
+            where = f" with {dict(zip(extra, values))}" if extra else ""
+            base = at_base.get(values)
+            if base is None:
+                raise ResultsError(f"{sweep.path}: --shared-base {source}: no base-depth rows of {source!r}{where}")
+            bases = set(mine["base_depth"])
+            if bases != set(base["base_depth"]):
+                raise ResultsError(
+                    f"{sweep.path}: --shared-base {source}: preset {preset!r}{where} has base depth(s) {sorted(bases)}, "
+                    f"{source!r} {sorted(set(base['base_depth']))}; only the same base shape can be shared"
+                )
+            copy = base.copy()
+            copy["preset"] = preset
+            copy["run_id"] = copy["run_id"] + "@" + preset
+            copies.append(copy)
+            shared.append(preset + (f" ({', '.join(map(str, values))})" if extra else ""))
     if not copies:
         return sweep
     note = (

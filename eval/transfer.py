@@ -307,7 +307,18 @@ def analyze(
 
 
 def preset_gaps(results: list[FractionResult]) -> list[PresetGap]:
-    """Each family against the first one (one fraction), at the deepest depth both have an optimum."""
+    """Each family against the first one that differs from it only in the preset (one fraction;
+    e.g. per block type in a study with variants), at the deepest depth both have an optimum."""
+    gaps = []
+    groups: dict[tuple, list[FractionResult]] = {}
+    for r in results:
+        groups.setdefault(tuple(kv for kv in r.family.keys if kv[0] != "preset"), []).append(r)
+    for group in groups.values():
+        gaps += _gaps_to_first(group)
+    return gaps
+
+
+def _gaps_to_first(results: list[FractionResult]) -> list[PresetGap]:
     if len(results) < 2:
         return []
     ref = results[0]
@@ -493,18 +504,24 @@ def _resampled_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.random.
     by sqrt(n_i/(n_i-1)) so their variance is unbiased. Resampling a cell's own 3 seeds
     instead shrinks the spread by (n-1)/n and has only 2 degrees of freedom: on planted
     sweeps its nominal 95% CIs of the optimum covered the truth 75% of the time
-    (docs/eval.md). Assumes the seed noise is alike across the LRs of one curve;
-    cells with one seed get noise too. Falls back to per-cell resampling when no cell has
-    two seeds (then every cell is constant and there is no CI anyway).
+    (docs/eval.md). The pooled noise level is itself estimated from ``df = sum(n_i - 1)``
+    residuals (about 6 in the default study), so each draw also rescales the residuals by
+    sqrt(df / chi2_df), the spread of that estimate: the bootstrap analogue of a t interval
+    (planted coverage 0.89 -> see docs/eval.md). Assumes the seed noise is alike across the
+    LRs of one curve; cells with one seed get noise too. Falls back to per-cell resampling
+    when no cell has two seeds (then every cell is constant and there is no CI anyway).
     """
-    residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seed_losses if v.size >= 2]
+    seeded = [v for v in seed_losses if v.size >= 2]
+    residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seeded]
     pool = np.concatenate(residuals) if residuals else np.empty(0)
+    df = sum(v.size - 1 for v in seeded)
+    scale = np.sqrt(df / rng.chisquare(df, size=(n_boot, 1))) if df else np.ones((n_boot, 1))
     means = np.full((n_boot, len(seed_losses)), np.nan)
     for i, losses in enumerate(seed_losses):
         if not losses.size:
             continue
         if pool.size:
-            draws = pool[rng.integers(0, pool.size, size=(n_boot, losses.size))]
+            draws = pool[rng.integers(0, pool.size, size=(n_boot, losses.size))] * scale
             means[:, i] = losses.mean() + draws.mean(axis=1)
         else:
             draws = rng.integers(0, losses.size, size=(n_boot, losses.size))

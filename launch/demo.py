@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -103,12 +103,38 @@ class AdaptiveSweep:
         self.s = s
         self.planner = Planner(s)
         self.workers = workers
+        self.variant_values = variant_values(spec_path.parent / self.spec.base_config, s)
         self.plan = None
         self.points: dict[Point, str] = {}  # point -> run id
         if (sweep_dir / "sweep.yaml").is_file():
             self.plan = read_plan(sweep_dir)
+            # how and where runs start changes no result: take them from this invocation's spec
+            self.plan = replace(
+                self.plan,
+                executor=replace(self.plan.executor, start=self.spec.executor.start),
+                slurm=asdict(self.spec.slurm),
+            )
             for run in self.plan.runs:
-                self.points[point_of(run.point)] = run.run_id
+                self.points[self.point_of(run.point)] = run.run_id
+
+    def point_of(self, values: dict[str, Any]) -> Point:
+        """The study point of a planned run's grid values (its variant recognised by its values)."""
+        variant = next(
+            (name for name, vals in self.variant_values.items() if all(values.get(k) == v for k, v in vals.items())),
+            None,
+        )
+        if variant is None:
+            raise LaunchError(
+                f"{self.sweep_dir / 'sweep.yaml'}: run {values} matches no variant of study {self.s.name!r} "
+                f"({self.variant_values}); was the sweep directory made by another study?"
+            )
+        return Point(
+            str(values["parametrization.preset"]),
+            int(values["model.num_layers"]),
+            key(math.log2(values["optimizer.lr"])),
+            int(values.get("run.seed", 0)),
+            variant,
+        )
 
     def _state(self, run_id: str):
         from launch.run_state import run_state
@@ -142,6 +168,8 @@ class AdaptiveSweep:
             }
             if point.seed:  # seed 0 is the base config's: run IDs of one-seed studies stay as they were
                 grid["run.seed"] = [point.seed]
+            for k, v in self.variant_values[point.variant].items():
+                grid[k] = [v]
             stage = expand(self.spec_path, replace(self.spec, grid=grid))
             if self.plan is None:
                 self.plan = replace(stage, runs=[])
@@ -151,7 +179,8 @@ class AdaptiveSweep:
                     self.plan.runs.append(run)
                     added.append(run)
                 self.points[point] = run.run_id
-            _log(f"queued {point.preset} L={point.depth} lr=2^{point.log2_lr:g} seed {point.seed}")
+            arm = f"{point.preset}/{point.variant}" if point.variant else point.preset
+            _log(f"queued {arm} L={point.depth} lr=2^{point.log2_lr:g} seed {point.seed}")
         if added:
             write_plan(self.sweep_dir, self.plan)
         return added
@@ -181,36 +210,81 @@ class AdaptiveSweep:
             if result.started == 0:  # nothing could start (e.g. runs held elsewhere): do not spin
                 return
 
+    def run_slurm(self, *, wait: bool, poll_s: float) -> bool:
+        """Drive the study through SLURM job arrays; True once every point is final.
 
-def point_of(values: dict[str, Any]) -> Point:
-    return Point(
-        str(values["parametrization.preset"]),
-        int(values["model.num_layers"]),
-        key(math.log2(values["optimizer.lr"])),
-        int(values.get("run.seed", 0)),
-    )
+        Each round adds the points the planner can add now and submits the runs that need
+        work and are in no live array (``squeue``). Without ``wait`` one round is done and
+        the caller returns (rerun the command, e.g. from cron, to go on); with it, rounds
+        repeat every ``poll_s`` seconds on this (login) node until the study is complete.
+        """
+        from launch.executor_slurm import queued_run_ids, submit_array
+
+        while True:
+            self._advance()
+            pending = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            if not pending:
+                return True
+            queued = queued_run_ids(self.sweep_dir)
+            if any(rid not in queued for rid in pending):
+                code = submit_array(
+                    self.sweep_dir, self.plan, max_parallel=self.workers, dry_run=False, cwd=Path.cwd(), exclude=queued
+                )
+                if code:
+                    raise LaunchError(f"sbatch failed (exit {code}); finished runs are kept, rerun to resubmit")
+            if not wait:
+                _log(f"{len(pending)} runs queued or running on SLURM; rerun this command to continue")
+                return False
+            time.sleep(poll_s)
+
+
+def variant_values(base_config: Path, s: Study) -> dict[str, dict[str, Any]]:
+    """Variant -> the typed value of every key any variant sets (the base config's where it
+    sets none), as ``expand`` stores them in a run's grid point."""
+    from launch.commands import format_override
+    from launch.run_configs import flat_config, load_run_config
+
+    keys = s.variant_keys()
+    out = {}
+    for name, overrides in s.variants.items():
+        where = f"study {s.name!r}: variants.{name}: "
+        flat = flat_config(
+            load_run_config(base_config, [format_override(k, v) for k, v in overrides.items()], where=where)
+        )
+        unknown = [k for k in overrides if k not in flat]
+        if unknown:
+            raise LaunchError(f"{where}{unknown} are not single run-config settings")
+        out[name] = {k: flat[k] for k in keys}
+    return out
+
+
+def arm_label(preset: str, variant: str) -> str:
+    return f"{preset} ({variant})" if variant else preset
 
 
 def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study) -> dict[str, Any]:
-    """Best end-of-training loss per depth per preset, its rise with depth, and the LR optima."""
+    """Best end-of-training loss per depth per arm, its rise with depth, and the LR optima."""
     out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "presets": {}}
     results = sweep.results()  # one read of every run's summary
-    for preset in s.presets:
-        best = {d: min(sweep.planner.means(preset, d, results).values(), default=None) for d in s.depths}
-        opt = {d: sweep.planner.best(preset, d, results) for d in s.depths}
-        finite = [v for v in best.values() if v is not None]
-        out["presets"][preset] = {
-            "best_end_loss": best,
-            "best_lr_log2": opt,
-            "loss_rise_deepest_minus_base": (best[s.depths[-1]] - best[s.depths[0]])
-            if None not in (best[s.depths[-1]], best[s.depths[0]])
-            else None,
-            "loss_spread": (max(finite) - min(finite)) if finite else None,
-        }
-    sp, dm = out["presets"].get("sp"), out["presets"].get("depth_mup")
     deepest = s.depths[-1]
-    if sp and dm and sp["best_end_loss"][deepest] is not None and dm["best_end_loss"][deepest] is not None:
-        out["depth_mup_minus_sp_at_deepest"] = dm["best_end_loss"][deepest] - sp["best_end_loss"][deepest]
+    for variant in s.variants:
+        for preset in s.presets:
+            means = {d: sweep.planner.means(preset, d, results, variant) for d in s.depths}
+            best = {d: min(means[d].values(), default=None) for d in s.depths}
+            opt = {d: sweep.planner.best(preset, d, results, variant) for d in s.depths}
+            finite = [v for v in best.values() if v is not None]
+            out["presets"][arm_label(preset, variant)] = {
+                "best_end_loss": best,
+                "best_lr_log2": opt,
+                "loss_rise_deepest_minus_base": (best[deepest] - best[s.depths[0]])
+                if None not in (best[deepest], best[s.depths[0]])
+                else None,
+                "loss_spread": (max(finite) - min(finite)) if finite else None,
+            }
+        sp, dm = (out["presets"].get(arm_label(p, variant)) for p in ("sp", "depth_mup"))
+        if sp and dm and sp["best_end_loss"][deepest] is not None and dm["best_end_loss"][deepest] is not None:
+            suffix = f"_{variant}" if variant else ""
+            out[f"depth_mup_minus_sp_at_deepest{suffix}"] = dm["best_end_loss"][deepest] - sp["best_end_loss"][deepest]
     out["transfer_headline"] = report.get("headline", []) if isinstance(report, dict) else []
     return out
 
@@ -241,8 +315,11 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
         "Cells: best end-of-training validation loss (nats) and the grid LR that gave it. "
         f"At L={depths[0]} (= L0) every preset is the same model, trained once.",
     ]
-    if "depth_mup_minus_sp_at_deepest" in h:
-        lines.append(f"depth_mup minus sp at L={depths[-1]}: {h['depth_mup_minus_sp_at_deepest']:+.3f} nats.")
+    for variant in s.variants:
+        gap = h.get("depth_mup_minus_sp_at_deepest" + (f"_{variant}" if variant else ""))
+        if gap is not None:
+            where = f" ({variant})" if variant else ""
+            lines.append(f"depth_mup minus sp at L={depths[-1]}{where}: {gap:+.3f} nats.")
     if h.get("transfer_headline"):
         header, rows = headline_table(h["transfer_headline"])
         lines += [
@@ -257,7 +334,16 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_demo(out: Path, s: Study, workers: int) -> int:
+def run_demo(
+    out: Path,
+    s: Study,
+    workers: int,
+    *,
+    executor: str = "local",
+    slurm: Optional[dict] = None,
+    wait: bool = False,
+    poll_s: float = 60.0,
+) -> int:
     from launch.status import collect_states, print_report, write_results
 
     t0 = time.time()
@@ -273,12 +359,17 @@ def run_demo(out: Path, s: Study, workers: int) -> int:
     spec = {
         "name": s.name,
         "base_config": base_path.name,
-        "executor": {"kind": "local", "max_parallel": workers, "max_retries": 1, "gpus_per_run": 0},
+        "executor": {"kind": executor, "max_parallel": workers, "max_retries": 1, "gpus_per_run": 0, "start": "fork"},
+        "slurm": slurm or {},
     }
     atomic_write_text(spec_path, yaml.safe_dump(spec, sort_keys=False))
     sweep_dir = (out / "sweep").resolve()
     sweep = AdaptiveSweep(sweep_dir, spec_path, s, workers)
-    sweep.run()
+    if executor == "slurm":
+        if not sweep.run_slurm(wait=wait, poll_s=poll_s):
+            return 75  # resumable: the analysis runs once every point is final
+    else:
+        sweep.run()
 
     states = collect_states(sweep_dir, sweep.plan)
     print_report(sweep_dir, sweep.plan, states, sys.stderr)
@@ -314,28 +405,63 @@ def run_demo(out: Path, s: Study, workers: int) -> int:
     return 0
 
 
+def _slurm_options(path: Path) -> dict[str, Any]:
+    """The ``slurm:`` section for the demo's sweep spec, checked against :class:`SlurmOptions`."""
+    from dataclasses import fields
+
+    from launch.scripts import SlurmOptions
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise LaunchError(f"--slurm-config {path}: {exc}") from None
+    known = [f.name for f in fields(SlurmOptions)]
+    if not isinstance(raw, dict) or set(raw) - set(known):
+        extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else raw
+        raise LaunchError(f"--slurm-config {path}: unknown key(s) {extra}; the keys are {known}")
+    return raw
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--study", default=None, help=f"study name in configs/studies ({', '.join(available())}) or a YAML path"
     )
     parser.add_argument("--quick", action="store_true", help="the 'quick' study: a ~3 minute smoke test, no claims")
     parser.add_argument("--depths", type=int, nargs="+", default=None, help="override the study's depths (first = L0)")
+    parser.add_argument("--seeds", type=int, default=None, help="override the study's seeds per LR near each optimum")
     parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>)")
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
+    parser.add_argument(
+        "--executor", choices=("local", "slurm"), default="local",
+        help="slurm: each round of points is one job array (`launch run --only`); this process plans and submits",
+    )  # fmt: skip
+    parser.add_argument(
+        "--slurm-config", default=None,
+        help="YAML of the sweep spec's slurm: keys (partition, account, time, setup, ...) for --executor slurm",
+    )  # fmt: skip
+    parser.add_argument("--wait", action="store_true", help="--executor slurm: poll until the study is complete")
+    parser.add_argument("--poll", type=float, default=60.0, help="--executor slurm --wait: seconds between rounds")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.quick and args.study:
         raise LaunchError("--quick is the study 'quick': give --quick or --study, not both")
     s = load_study(
-        "quick" if args.quick else (args.study or "default"), depths=tuple(args.depths) if args.depths else None
+        "quick" if args.quick else (args.study or "default"),
+        depths=tuple(args.depths) if args.depths else None,
+        seeds=args.seeds,
     )
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:
         raise LaunchError("--workers: must be >= 1")
     out = Path(args.out or Path("demo_out") / s.name)
+    slurm = None
+    if args.slurm_config:
+        if args.executor != "slurm":
+            raise LaunchError("--slurm-config goes with --executor slurm")
+        slurm = _slurm_options(Path(args.slurm_config))
     try:
-        return run_demo(out, s, workers)
+        return run_demo(out, s, workers, executor=args.executor, slurm=slurm, wait=args.wait, poll_s=args.poll)
     except KeyboardInterrupt:
         _log("interrupted: rerun the same command to resume (finished runs are kept)")
         return 75

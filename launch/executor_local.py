@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
-from typing import IO, Optional
+from typing import IO, Optional, Union
 
 from tqdm import tqdm
 
@@ -33,6 +33,7 @@ from launch.resources import Slot, make_slots
 from launch.run_state import lock_held, run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
+from launch.warm_start import ForkedTrainer, fork_trainer, forkable, preload
 
 POLL_SECONDS = 0.1
 OUTPUT_LOG = Path("launch") / "output.log"
@@ -50,7 +51,7 @@ class Execution:
 class _Active:
     run: PlannedRun
     slot: Slot
-    proc: Popen
+    proc: Union[Popen, ForkedTrainer]
     attempt_id: str
     log: IO[str]
 
@@ -102,6 +103,7 @@ def execute(
         raise LaunchError(f"trainer command not found: {plan.train_cmd[0]!r} (sweep.yaml train_cmd: {plan.train_cmd})")
 
     slots = make_slots(max_parallel, plan.executor.gpus_per_run)
+    fork = plan.executor.start == "fork"
     free = list(reversed(slots))
     active: list[_Active] = []
     requeues: dict[str, int] = {}
@@ -116,7 +118,12 @@ def execute(
         log = open(log_path, "a")
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
-        proc = start_child(argv, env={**os.environ, **slot.env}, stdout=log)
+        env = {**os.environ, **slot.env}
+        if fork and forkable(argv, slot.gpus):
+            preload()  # the first time only: imports are cached
+            proc = fork_trainer(argv, env=env, stdout=log)
+        else:
+            proc = start_child(argv, env=env, stdout=log)
         active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log))
         result.started += 1
 

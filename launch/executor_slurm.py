@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from launch import sbatch
@@ -28,6 +30,7 @@ from runconfig import atomic_write_text
 SUBMISSIONS_DIR = "slurm"
 LIST_FILE = "runs.txt"
 SCRIPT_FILE = "array.sbatch"
+JOB_FILE = "job.json"
 MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize: larger arrays are refused by sbatch
 
 
@@ -55,11 +58,42 @@ def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, 
     )
 
 
-def submit_array(sweep_dir: Path, plan: SweepPlan, *, max_parallel: int, dry_run: bool, cwd: Path) -> int:
-    """Submit one array over the runs that need work; return the exit code for the CLI."""
+def queued_run_ids(sweep_dir: Path) -> set[str]:
+    """Run IDs of this sweep's submissions whose array job ``squeue`` still lists (queued or running).
+
+    An adaptive study resubmits as its plan grows; runs of a live array are left out so no
+    run waits in the queue twice. Raises :class:`LaunchError` without ``squeue``.
+    """
+    out: set[str] = set()
+    for record in sorted((sweep_dir / SUBMISSIONS_DIR).glob(f"*/{JOB_FILE}")):
+        try:
+            job_id = str(json.loads(record.read_text())["job_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a submission that never got a job id holds no runs
+        try:
+            proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True)
+        except FileNotFoundError:
+            raise LaunchError("squeue not found on PATH (is this a SLURM login node?)") from None
+        if proc.returncode == 0 and proc.stdout.strip():  # an unknown (long finished) job exits 1
+            out.update((record.parent / LIST_FILE).read_text().split())
+    return out
+
+
+def submit_array(
+    sweep_dir: Path,
+    plan: SweepPlan,
+    *,
+    max_parallel: int,
+    dry_run: bool,
+    cwd: Path,
+    exclude: Collection[str] = (),
+) -> int:
+    """Submit one array over the runs that need work (less ``exclude``); return the CLI's exit code."""
     sweep_dir = sweep_dir.resolve()
     pending = [
-        r.run_id for r in plan.runs if run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries).needs_work
+        r.run_id
+        for r in plan.runs
+        if r.run_id not in exclude and run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries).needs_work
     ]
     if not pending:
         print(f"[launch] sweep {plan.name}: nothing to submit (every run is final or out of retries)", file=sys.stderr)
@@ -86,7 +120,7 @@ def submit_array(sweep_dir: Path, plan: SweepPlan, *, max_parallel: int, dry_run
         print(f"[launch] {exc}", file=sys.stderr)
         return 1
     record = {"job_id": job_id, "runs": len(pending), "max_parallel": max_parallel, "submitted_at": _now()}
-    atomic_write_text(folder / "job.json", json.dumps(record, indent=1) + "\n")
+    atomic_write_text(folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
     print(f"submitted array job {job_id}: {len(pending)} runs, at most {max_parallel} at a time ({folder})")
     return 0
 

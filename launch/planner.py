@@ -1,6 +1,6 @@
 """Where the depth-transfer study spends its runs: a pure function from results to new points.
 
-Each preset walks the depths on its own, in phases per depth:
+Each (variant, preset) arm walks the depths on its own, in phases per depth:
 
 1. **scan**: one seed at a grid of LRs (the study's base grid at L0; at deeper depths a window
    centred on the previous depth's optimum), widened by one point while the best LR sits
@@ -36,6 +36,7 @@ class Point:
     depth: int
     log2_lr: float
     seed: int
+    variant: str = ""  # the study's variant (e.g. a block type); "" in a study without variants
 
 
 def key(log2_lr: float) -> float:
@@ -48,41 +49,45 @@ class Planner:
         self.s = study
 
     def owner(self, preset: str, depth: int) -> str:
-        """At the base depth every preset is the same model: the first preset trains it."""
+        """At the base depth every preset is the same model: the first preset trains it (per variant)."""
         return self.s.presets[0] if depth == self.s.depths[0] else preset
 
     def next_points(self, results: Mapping[Point, Outcome]) -> list[Point]:
-        """Points to add now, over all presets (none twice, none already in ``results``)."""
+        """Points to add now, over all arms (none twice, none already in ``results``)."""
         out: list[Point] = []
-        for preset in self.s.presets:
-            out += [p for p in self._chain(preset, results) if p not in results and p not in out]
+        for variant in self.s.variants:
+            for preset in self.s.presets:
+                chain = self._chain(preset, variant, results)
+                out += [p for p in chain if p not in results and p not in out]
         return out
 
-    def best(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> Optional[float]:
+    def best(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> Optional[float]:
         """The LR with the lowest seed-mean loss at ``depth`` (None: nothing usable)."""
-        means = self.means(preset, depth, results)
+        means = self.means(preset, depth, results, variant)
         return min(means, key=means.get) if means else None
 
     # ---------------------------------------------------------------- internals
-    def _cells(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> dict[float, dict[int, Outcome]]:
+    def _cells(
+        self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = ""
+    ) -> dict[float, dict[int, Outcome]]:
         """log2 LR -> seed -> outcome, for the runs that stand for ``preset`` at ``depth``."""
         owner = self.owner(preset, depth)
         cells: dict[float, dict[int, Outcome]] = {}
         for p, outcome in results.items():
-            if p.preset == owner and p.depth == depth:
+            if p.preset == owner and p.depth == depth and p.variant == variant:
                 cells.setdefault(key(p.log2_lr), {})[p.seed] = outcome
         return cells
 
-    def means(self, preset: str, depth: int, results: Mapping[Point, Outcome]) -> dict[float, float]:
+    def means(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> dict[float, float]:
         """log2 LR -> mean end loss over the finished, finite seeds (LRs without one left out)."""
         means = {}
-        for lr, outcomes in self._cells(preset, depth, results).items():
+        for lr, outcomes in self._cells(preset, depth, results, variant).items():
             losses = [o for o in outcomes.values() if isinstance(o, float) and math.isfinite(o)]
             if losses:
                 means[lr] = sum(losses) / len(losses)
         return means
 
-    def _chain(self, preset: str, results: Mapping[Point, Outcome]) -> list[Point]:
+    def _chain(self, preset: str, variant: str, results: Mapping[Point, Outcome]) -> list[Point]:
         s = self.s
         center: Optional[float] = None
         for i, depth in enumerate(s.depths):
@@ -94,40 +99,41 @@ class Planner:
                     return []  # nothing usable at the previous depth: the chain stops
                 half = (s.window - 1) / 2
                 planned = [key(center + s.step_log2 * (k - half)) for k in range(s.window)]
-            todo = self._depth_todo(owner, depth, planned, results)
+            todo = self._depth_todo(owner, variant, depth, planned, results)
             if todo is None:  # waiting on runs of this depth
                 return []
             if todo:
                 return todo if owner == preset else []  # the shared base is its owner's to run
-            center = self.best(preset, depth, results)
+            center = self.best(preset, depth, results, variant)
         return []
 
     def _depth_todo(
-        self, preset: str, depth: int, planned: list[float], results: Mapping[Point, Outcome]
+        self, preset: str, variant: str, depth: int, planned: list[float], results: Mapping[Point, Outcome]
     ) -> Optional[list[Point]]:
         """The points this depth needs next ([] when complete, None while runs are pending)."""
         s = self.s
-        cells = self._cells(preset, depth, results)
+        cells = self._cells(preset, depth, results, variant)
+        v = variant
         if any(o == PENDING for v in cells.values() for o in v.values()):
             return None
         seeds = list(range(s.seeds))
         first = seeds[0]
-        missing = [Point(preset, depth, x, first) for x in planned if x not in cells]
+        missing = [Point(preset, depth, x, first, v) for x in planned if x not in cells]
         if missing:
             return missing
         # scan: widen past an edge optimum
-        best = self.best(preset, depth, results)
+        best = self.best(preset, depth, results, variant)
         if best is None:
             return []
         scanned = sorted(cells)
         extra = len(scanned) - len(planned) - self._refine_count(cells, planned)
         if extra < s.max_widen and best in (scanned[0], scanned[-1]) and not self._seeded(cells):
             step = -s.step_log2 if best == scanned[0] else s.step_log2
-            return [Point(preset, depth, key(best + step), first)]
+            return [Point(preset, depth, key(best + step), first, v)]
         # refine: one seed at best +- refine_log2 around a best point on the LR lattice
         if s.refine_log2 > 0 and not self._is_refine(best, planned):
             todo = [
-                Point(preset, depth, key(best + d), first)
+                Point(preset, depth, key(best + d), first, v)
                 for d in (-s.refine_log2, s.refine_log2)
                 if key(best + d) not in cells
             ]
@@ -137,7 +143,7 @@ class Planner:
         tried = sorted(cells)
         j = tried.index(best)
         return [
-            Point(preset, depth, x, seed)
+            Point(preset, depth, x, seed, v)
             for x in tried[max(0, j - 1) : j + 2]
             for seed in seeds
             if seed not in cells[x]

@@ -25,7 +25,9 @@ if sys.platform.startswith("linux"):  # resolved in the parent: no dlopen betwee
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A function for the child, run right after the fork: SIGTERM it when ``parent_pid`` dies."""
+
     def preexec() -> None:
         if _prctl is not None:
             _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
@@ -49,7 +51,7 @@ def start_child(
         stdout=stdout,
         stderr=subprocess.STDOUT if stdout is not None else None,
         cwd=cwd,
-        preexec_fn=_die_with_parent(os.getpid()),
+        preexec_fn=die_with_parent(os.getpid()),
     )
 
 

@@ -7,7 +7,7 @@ them; the planner (``launch.demo``) applies them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,20 @@ class Study:
     vocab_size: int
     eval_batches: int
     claims: bool  # False for a smoke test: no conclusions are printed
+    # optional: name -> run-config overrides (dotted keys); every preset is studied under each
+    # variant, with its own shared base depth. Default: one unnamed variant, no overrides.
+    variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
+
+    def variant_keys(self) -> list[str]:
+        """Every config key some variant sets (each run records all of them, so that
+        ``eval transfer`` tells the variants apart as families)."""
+        return sorted({k for overrides in self.variants.values() for k in overrides})
 
 
 _TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
+OPTIONAL = ("variants",)
+# Keys a variant may not set: the planner sweeps them, or the shared run shape fixes them.
+_PLANNED_KEYS = ("model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed", "run.dir")
 
 
 def study_path(name_or_path: str) -> Path:
@@ -70,13 +81,17 @@ def load_study(name_or_path: str, **overrides: Any) -> Study:
         raise LaunchError(f"{path}: expected a mapping of study keys")
     names = [f.name for f in fields(Study)]
     unknown = sorted(set(raw) - set(names))
-    missing = [n for n in names if n not in raw]
+    missing = [n for n in names if n not in raw and n not in OPTIONAL]
     if unknown:
         raise LaunchError(f"{path}: unknown key(s) {unknown}; a study has {names}")
     if missing:
         raise LaunchError(f"{path}: missing key(s) {missing}")
     values: dict[str, Any] = {}
     for f in fields(Study):
+        if f.name == "variants":
+            if "variants" in raw:
+                values["variants"] = _variants(path, raw["variants"])
+            continue
         values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
     _check(path, study)
@@ -98,6 +113,24 @@ def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
     if not isinstance(value, expected):
         _bad(path, key, value)
     return float(value) if str(type_name) == "float" else value
+
+
+def _variants(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict) or not raw:
+        raise LaunchError(f"{path}: variants: expected a mapping name -> {{dotted.key: value}}, got {raw!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, overrides in raw.items():
+        if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+            raise LaunchError(f"{path}: variants: name {name!r} must be letters, digits and underscores")
+        if overrides is None:
+            overrides = {}
+        if not isinstance(overrides, dict) or not all(isinstance(k, str) and "." in k for k in overrides):
+            raise LaunchError(f"{path}: variants.{name}: expected a mapping of dotted config keys, got {overrides!r}")
+        planned = sorted(set(overrides) & set(_PLANNED_KEYS))
+        if planned:
+            raise LaunchError(f"{path}: variants.{name}: {planned} are set by the study planner, not a variant")
+        out[name] = dict(overrides)
+    return out
 
 
 def _bad(path: Path, key: str, value: Any) -> Any:

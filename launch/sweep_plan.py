@@ -27,10 +27,13 @@ class ExecutorSettings:
     max_parallel: int = 1  # runs at a time (local: one per GPU slot; slurm: the array's %K)
     max_retries: int = 2  # failed attempts allowed after the first one; preemptions do not count
     gpus_per_run: int = 1  # 0: CPU runs; > 1: each trainer runs under torchrun --standalone
+    start: str = "exec"  # local CPU runs: exec a new python, or fork one that imported the trainer (launch.warm_start)
 
     def __post_init__(self) -> None:
         if self.kind not in ("local", "slurm"):
             raise ValueError(f"executor.kind: must be 'local' or 'slurm', got {self.kind!r}")
+        if self.start not in ("exec", "fork"):
+            raise ValueError(f"executor.start: must be 'exec' or 'fork', got {self.start!r}")
         for key, low in (("max_parallel", 1), ("max_retries", 0), ("gpus_per_run", 0)):
             if getattr(self, key) < low:
                 raise ValueError(f"executor.{key}: must be >= {low}, got {getattr(self, key)!r}")

@@ -56,12 +56,13 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     runs = _run_files(sweep)
     statuses = [json.loads((sweep / "runs" / rid / "summary.json").read_text())["status"] for rid in runs]
     # exactly the planner's points: the finished study asks for nothing more, and every planned run exists
-    from launch.demo import point_of
+    from launch.demo import AdaptiveSweep
     from launch.planner import Planner
     from launch.study import load_study
     from launch.sweep_dir import read_plan
 
     plan = read_plan(sweep)
+    point_of = AdaptiveSweep(sweep, out / "demo_sweep.yaml", load_study("quick"), 1).point_of
     outcomes = {}
     for run in plan.runs:
         s = json.loads((sweep / "runs" / run.run_id / "summary.json").read_text())
@@ -121,6 +122,9 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "depths: [4, 2]": "depths: must be positive and strictly increasing",
         "window: two": "window: bad value 'two'",
         "bogus: 1": "unknown key(s) ['bogus']",
+        "variants: {a: {optimizer.lr: 0.1}}": "variants.a: ['optimizer.lr'] are set by the study planner",
+        "variants: {a: {block: linear1}}": "variants.a: expected a mapping of dotted config keys",
+        "variants: []": "variants: expected a mapping name ->",
     }
     for line, message in cases.items():
         key = line.split(":")[0]
@@ -132,3 +136,24 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         assert str(path) in str(err.value)
     with pytest.raises(LaunchError, match="no file"):
         load_study("nope")
+    fig10 = load_study("fig10", seeds=5)
+    assert fig10.seeds == 5 and set(fig10.variants) == {"standard", "linear1_abs"}
+    assert fig10.variant_keys() == ["model.block", "model.linear1_phi"] and default.variants == {"": {}}
+
+
+def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
+    from launch.demo import variant_values
+    from launch.errors import LaunchError
+    from launch.study import load_study
+
+    base = REPO / "configs" / "tiny_cpu.yaml"
+    got = variant_values(base, load_study("fig10"))
+    assert got == {
+        "standard": {"model.block": "standard", "model.linear1_phi": "relu"},
+        "linear1_abs": {"model.block": "linear1", "model.linear1_phi": "abs"},
+    }
+    from dataclasses import replace
+
+    bad = replace(load_study("fig10"), variants={"x": {"model.blok": "linear1"}})
+    with pytest.raises(LaunchError, match="variants.x: .*blok"):
+        variant_values(base, bad)

@@ -6,7 +6,7 @@ import pytest
 
 from eval.results import ResultsError, read_results, share_base_depth
 from eval.transfer import analyze
-from tests.test_eval_transfer import L0, depth_result, make_rows, notes_text, run_analysis, write_sweep
+from tests.test_eval_transfer import HEADER, L0, depth_result, make_rows, notes_text, run_analysis, write_sweep
 
 
 def _without_depth_mup_base(rows: list[dict]) -> list[dict]:
@@ -41,3 +41,23 @@ def test_shared_base_refuses_a_source_without_base_rows(tmp_path):
     rows = [r for r in make_rows(seeds=(0,)) if r["model.num_layers"] != L0]
     with pytest.raises(ResultsError, match="no rows of preset 'sp' at its base depth"):
         share_base_depth(read_results(write_sweep(tmp_path, rows)), "sp")
+
+
+def test_shared_base_is_shared_within_each_variant(tmp_path):
+    """With a swept block type, depth_mup's linear1 runs get sp's linear1 base rows, never the
+    standard ones (a study with variants: launch/study.py)."""
+    rows = []
+    for block in ("standard", "linear1"):
+        for r in _without_depth_mup_base(make_rows(seeds=(0,), noise=0.0)):
+            rows.append({**r, "run_id": f"{r['run_id']}-{block}", "model.block": block})
+    header = [*HEADER[:-4], "model.block", *HEADER[-4:]]  # an extra swept key sits before the tail columns
+    sweep = share_base_depth(read_results(write_sweep(tmp_path, rows, header)), "sp")
+    copies = sweep.rows[sweep.rows["run_id"].str.endswith("@depth_mup")]
+    for block in ("standard", "linear1"):
+        mine = copies[copies["model.block"] == block]
+        assert len(mine) and all(rid.split("@")[0].endswith(f"-{block}") for rid in mine["run_id"])
+    assert len(copies) == len([r for r in rows if r["parametrization.preset"] == "sp" and r["model.num_layers"] == L0])
+    only_standard_sp = [r for r in rows if not (r["parametrization.preset"] == "sp" and r["model.block"] == "linear1"
+                                                 and r["model.num_layers"] == L0)]  # fmt: skip
+    with pytest.raises(ResultsError, match="no base-depth rows of 'sp' with {'model.block': 'linear1'}"):
+        share_base_depth(read_results(write_sweep(tmp_path / "b", only_standard_sp, header)), "sp")

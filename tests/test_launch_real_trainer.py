@@ -121,3 +121,52 @@ def test_real_two_process_torchrun_job(tmp_path):
     argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=10"]
     assert main([*argv, "--launcher", "torchrun", "--nproc-per-node", "2"]) == 0
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+def _losses(sweep_dir: Path) -> dict[str, tuple]:
+    out = {}
+    for rd in sorted((sweep_dir / "runs").iterdir()):
+        rows = [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()]
+        summary = json.loads((rd / "summary.json").read_text())
+        out[rd.name] = (summary["final_val_loss"], [r["loss"] for r in rows if r["kind"] == "train"])
+    return out
+
+
+def test_fork_start_trains_bit_identical_to_exec(tmp_path):
+    """executor.start=fork (launch.warm_start) runs the same trainer: same losses to the bit."""
+    common = {
+        "grid": {"model.num_layers": [2, 3], "optimizer.lr": [0.002]},
+        "overrides": {"training.steps": 6, "parametrization.base_num_layers": 2, "logging.interval": 1},
+    }
+    found = {}
+    for start in ("exec", "fork"):
+        executor = {"kind": "local", "max_parallel": 2, "max_retries": 0, "gpus_per_run": 0, "start": start}
+        spec = derived_spec(tmp_path, name=f"{start}.yaml", executor=executor, **common)
+        sweep_dir = tmp_path / start
+        assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+        _check_sweep(sweep_dir, 2)
+        found[start] = _losses(sweep_dir)
+        for rd in (sweep_dir / "runs").iterdir():  # the child's output reaches the run's output.log
+            assert "INFO run " in (rd / "launch" / "output.log").read_text()
+    assert found["fork"] == found["exec"]
+    assert all(len(train) == 6 for _, train in found["fork"].values())
+
+
+def test_forked_trainer_checkpoints_on_sigterm_and_resumes(tmp_path):
+    """A forked child answers SIGTERM like an exec'd one: checkpoint, exit 75, resume on rerun."""
+    from launch.warm_start import fork_trainer
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), f"run.dir={run_dir}",
+            "training.steps=400", "checkpoint.interval=1000", "logging.progress_bar=false"]  # fmt: skip
+    with open(tmp_path / "out.log", "w") as log:
+        child = fork_trainer(argv, env=env_with(), stdout=log)
+        deadline = time.time() + 120
+        while not (run_dir / "metrics.jsonl").exists() or "train" not in (run_dir / "metrics.jsonl").read_text():
+            assert child.poll() is None and time.time() < deadline, (tmp_path / "out.log").read_text()
+            time.sleep(0.1)
+        child.terminate()
+        assert child.wait(timeout=120) == 75
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 75 and 0 < summary["steps"] < 400
+    assert (run_dir / "checkpoints" / "latest").exists()

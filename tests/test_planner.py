@@ -110,10 +110,10 @@ def test_pending_runs_hold_their_depth_and_failures_end_a_chain():
 
 
 def test_planted_optima_are_recovered_and_covered_by_the_ci(tmp_path):
-    """Over repetitions with fresh seed noise: optima within 0.25 octave of the planted ones
-    (median), and the 95% bootstrap CI covers the planted optimum in most cells. Measured
-    coverage over 400 cells is 0.89 (benchmarks/study_ci_coverage.py), under the nominal 0.95:
-    this guards against regressions (the per-cell bootstrap it replaced gave 0.75 here)."""
+    """Over repetitions with fresh seed noise: 99% of the optima within 0.25 octave of the
+    planted one (the worst of these 200 cells is 0.26 off), and the 95% bootstrap CI covers the planted optimum in at least 90% of cells.
+    Measured coverage over 400 cells is 0.945 (benchmarks/study_ci_coverage.py); the per-cell
+    bootstrap gave 0.75 and the pooled one without the noise-level draw 0.89."""
     s = study()
     errors, covered, cells = [], 0, 0
     for rep in range(20):
@@ -131,5 +131,29 @@ def test_planted_optima_are_recovered_and_covered_by_the_ci(tmp_path):
                 lo, hi = d.opt_ci
                 covered += lo <= truth <= hi
                 cells += 1
-    assert np.median(errors) <= 0.25 and max(errors) <= 0.5, sorted(errors)[-5:]
-    assert covered / cells >= 0.85, (covered, cells)
+    assert np.quantile(errors, 0.99) <= 0.25 and max(errors) <= 0.3, sorted(errors)[-5:]
+    assert covered / cells >= 0.90, (covered, cells)
+
+
+def test_variants_walk_their_own_chains_with_their_own_shared_base():
+    """Each (variant, preset) arm finds its planted optimum; each variant's base is trained once,
+    by its first preset."""
+    s = study(variants={"standard": {"model.block": "standard"}, "linear1": {"model.block": "linear1"}})
+    shift = {"standard": 0.0, "linear1": 1.0}  # linear1's optima sit one octave higher
+    planner = Planner(s)
+    results: dict[Point, float] = {}
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        points = planner.next_points(results)
+        if not points:
+            break
+        for p in points:
+            truth = planted_opt(p.preset, p.depth) + shift[p.variant]
+            results[p] = 3.0 + K * (p.log2_lr - truth) ** 2 + NOISE * rng.standard_normal()
+    assert planner.next_points(results) == []
+    for variant in s.variants:
+        assert {p.preset for p in results if p.variant == variant and p.depth == DEPTHS[0]} == {"sp"}
+        for preset in s.presets:
+            for depth in DEPTHS:
+                best = planner.best(preset, depth, results, variant)
+                assert abs(best - (planted_opt(preset, depth) + shift[variant])) <= 0.5 + 1e-9, (variant, preset, depth)
