@@ -15,6 +15,7 @@ and gets the same parent-death signal as an exec'd child (:mod:`launch.processes
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -39,10 +40,39 @@ def forkable(argv: Sequence[str], gpus: Sequence[str]) -> bool:
     )
 
 
+# What a CPU trainer imports before its first step; the trainer imports most of it lazily
+# (inside functions), so naming train_gpt alone would leave megatron-core to every child.
+PRELOAD_MODULES = (
+    "train_gpt",
+    "training.runner",
+    "training.backends",
+    "training.checkpoint",
+    "training.data",
+    "training.distributed",
+    "training.flops",
+    "training.metrics",
+    "training.model",
+    "training.optim",
+    "patches",
+    "patches.table",
+    "data_prep.tokenizer",
+    "megatron.core",
+    "megatron.core.distributed",
+    "megatron.core.models.gpt.gpt_layer_specs",
+    "megatron.core.optimizer",
+    "megatron.core.pipeline_parallel.schedules",
+)
+
+
 def preload() -> None:
-    """Import what every trainer process imports (torch, megatron-core, the trainer)."""
-    import train_gpt  # noqa: F401  (the repo root is on sys.path: launch runs from it)
-    import training.runner  # noqa: F401
+    """Import what every trainer process imports (the repo root is on sys.path: launch runs
+    from it). Idempotent: imports are cached."""
+    import warnings
+
+    with warnings.catch_warnings():  # the children's own filters (train_gpt.main) hide these too
+        warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*not installed.*")
+        for name in PRELOAD_MODULES:
+            importlib.import_module(name)
 
 
 class ForkedTrainer:
