@@ -33,7 +33,7 @@ from launch.resources import Slot, make_slots
 from launch.run_state import lock_held, run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
-from launch.warm_start import ForkedTrainer, fork_trainer, forkable, preload
+from launch.warm_start import ForkedTrainer, fork_trainer, forkable
 
 POLL_SECONDS = 0.1
 OUTPUT_LOG = Path("launch") / "output.log"
@@ -120,8 +120,7 @@ def execute(
         log.flush()
         env = {**os.environ, **slot.env}
         if fork and forkable(argv, slot.gpus):
-            preload()  # the first time only: imports are cached
-            proc = fork_trainer(argv, env=env, stdout=log)
+            proc = fork_trainer(argv, env=env, log=log_path)
         else:
             proc = start_child(argv, env=env, stdout=log)
         active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log))

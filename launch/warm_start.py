@@ -3,31 +3,50 @@
 Importing torch and megatron-core takes about 6 s per process on this project's 2-core
 machines, as long as training a depth-2 model of the CPU demo: a sweep of a hundred short
 runs spends a fifth of its wall time importing. With ``start: fork`` the local executor
-imports the trainer once (:func:`preload`) and forks one child per run, which calls
-``train_gpt.main(args)`` exactly as ``python train_gpt.py args`` would. Only CPU runs of
-the in-tree trainer are forked (CUDA does not survive a fork; any other trainer command is
-exec'd as before). The parent never runs a torch operation, so no thread pool is forked.
+starts one *fork server* (``python -m launch.warm_start``, exec'd clean), which imports the
+trainer once and forks one child per run; the child calls ``train_gpt.main(args)`` exactly as
+``python train_gpt.py args`` would. Only CPU runs of the in-tree trainer are forked (CUDA does
+not survive a fork; any other trainer command is exec'd as before).
 
-The child is a :class:`ForkedTrainer`, which offers the part of ``subprocess.Popen`` that
-the executor uses (``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal``, ``terminate``),
-and gets the same parent-death signal as an exec'd child (:mod:`launch.processes`).
+Why a separate server rather than forking the executor: a process that has run a torch
+operation owns an OpenMP thread pool, and a child forked from it hangs at its first parallel
+region (libgomp is not fork-safe). The executor may be any process (a test session, a
+notebook) that has; the server never runs a torch operation and has no other threads. It is
+not ``multiprocessing``'s forkserver because that one is shared by the whole process
+(data_prep's workers preload other modules into it) and its children hold it alive.
+
+Lifetimes: the server gets SIGTERM when the executor dies (``PR_SET_PDEATHSIG``, as exec'd
+trainers do) and each trainer gets SIGTERM when the server dies, so a SIGKILLed executor still
+leaves every trainer to checkpoint and exit 75. The server reaps its children and reports
+their exit codes; :class:`ForkedTrainer` offers the part of ``subprocess.Popen`` that the
+executor uses (``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal``, ``terminate``).
+
+Protocol (one JSON object per line): the executor writes ``{"argv", "env", "log", "cwd"}``;
+the server answers ``{"started": pid}`` to each request in order, and ``{"exited": pid,
+"code": c}`` when a child ends (``c`` as ``Popen.returncode``: ``-N`` for signal N).
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import json
 import os
+import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
 from launch.commands import DEFAULT_TRAINER_SCRIPT
+from launch.errors import LaunchError
 from launch.processes import FORWARDED_SIGNALS, die_with_parent
 
 START_METHODS = ("exec", "fork")
+REAP_SECONDS = 0.05  # how often the server looks for ended children between requests
 
 
 def forkable(argv: Sequence[str], gpus: Sequence[str]) -> bool:
@@ -45,6 +64,7 @@ def forkable(argv: Sequence[str], gpus: Sequence[str]) -> bool:
 PRELOAD_MODULES = (
     "train_gpt",
     "training.runner",
+    "training.session",
     "training.backends",
     "training.checkpoint",
     "training.data",
@@ -65,8 +85,7 @@ PRELOAD_MODULES = (
 
 
 def preload() -> None:
-    """Import what every trainer process imports (the repo root is on sys.path: launch runs
-    from it). Idempotent: imports are cached."""
+    """Import what every trainer process imports. Idempotent: imports are cached."""
     import warnings
 
     with warnings.catch_warnings():  # the children's own filters (train_gpt.main) hide these too
@@ -75,18 +94,107 @@ def preload() -> None:
             importlib.import_module(name)
 
 
-class ForkedTrainer:
-    """A forked child running ``train_gpt.main``; reaped with ``waitpid`` like a Popen."""
+# ----------------------------------------------------------------------------- executor side
 
-    def __init__(self, pid: int) -> None:
+
+class ForkServer:
+    """The executor's handle on one running server (started by :meth:`start`)."""
+
+    def __init__(self) -> None:
+        self.proc: Optional[subprocess.Popen] = None
+        self._buffer = b""
+        self.exit_codes: dict[int, int] = {}
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        repo = DEFAULT_TRAINER_SCRIPT.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launch.warm_start"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=repo,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self._buffer = b""
+
+    def fork(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None) -> int:
+        """Ask the server for a child running ``argv``; returns its pid once it exists."""
+        if not self.running():
+            self.start()
+        request = {"argv": list(argv), "env": dict(env), "log": str(log), "cwd": str(cwd or Path.cwd())}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError as exc:
+            raise LaunchError(f"the trainer fork server (pid {self.proc.pid}) is gone: {exc}") from exc
+        while True:
+            for message in self._read(block=True):
+                if "started" in message:
+                    return int(message["started"])
+
+    def poll(self) -> None:
+        """Record the exit codes the server has reported so far (never blocks)."""
+        for _ in self._read(block=False):
+            pass
+
+    def _read(self, block: bool) -> list[dict]:
+        messages = []
+        fd = self.proc.stdout.fileno()
+        while True:
+            if block and not messages:
+                ready, _, _ = select.select([fd], [], [], 1.0)
+                if not ready:
+                    if self.proc.poll() is not None:
+                        raise LaunchError(f"the trainer fork server exited with {self.proc.returncode}")
+                    continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk == b"" and not messages and block:
+                raise LaunchError(f"the trainer fork server closed its output (exit {self.proc.wait()})")
+            if not chunk:
+                break
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                if "exited" in message:
+                    self.exit_codes[int(message["exited"])] = int(message["code"])
+                messages.append(message)
+        return messages
+
+    def close(self) -> None:
+        """End the server: it exits on end of input (its running children get SIGTERM)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class ForkedTrainer:
+    """A trainer forked by the server; polled through the server's exit reports like a Popen."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
         self.pid = pid
         self.returncode: Optional[int] = None
 
     def poll(self) -> Optional[int]:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid == self.pid:
-                self.returncode = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen
+            self.server.poll()
+            self.returncode = self.server.exit_codes.pop(self.pid, None)
+            if self.returncode is None and not self.server.running():
+                self.server.poll()  # the server's last reports
+                self.returncode = self.server.exit_codes.pop(self.pid, -int(signal.SIGKILL))
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> int:
@@ -98,36 +206,53 @@ class ForkedTrainer:
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, sig)
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
 
-def fork_trainer(argv: Sequence[str], *, env: Mapping[str, str], stdout: IO[str]) -> ForkedTrainer:
-    """Fork a child that runs ``train_gpt.main(argv[2:])`` with ``env`` and output to ``stdout``.
+_SERVER = ForkServer()
+atexit.register(_SERVER.close)
 
-    Call :func:`preload` first, or the child pays the imports itself (still correct).
-    """
-    preexec = die_with_parent(os.getpid())
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return ForkedTrainer(pid)
+
+def fork_trainer(
+    argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None
+) -> ForkedTrainer:
+    """Run ``train_gpt.main(argv[2:])`` in a child of this process's fork server (started on
+    first use), with ``env``, in ``cwd``, stdout and stderr appended to ``log``."""
+    pid = _SERVER.fork(argv, env=env, log=log, cwd=cwd)
+    return ForkedTrainer(_SERVER, pid)
+
+
+# ----------------------------------------------------------------------------- server side
+
+
+def _child(request: dict, server_pid: int, protocol_fds: Sequence[int]) -> None:
+    """Runs in the forked child; never returns."""
     code = 1
-    try:  # the child: never return into the executor's code
-        preexec()
-        for sig in FORWARDED_SIGNALS:  # the executor's forwarding handlers are not ours
-            signal.signal(sig, signal.SIG_DFL)
-        os.dup2(stdout.fileno(), 1)
-        os.dup2(stdout.fileno(), 2)
-        # new stream objects on fds 1 and 2: the inherited ones may be a caller's replacements
+    try:
+        die_with_parent(server_pid)()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in FORWARDED_SIGNALS:
+            if sig != signal.SIGINT:
+                signal.signal(sig, signal.SIG_DFL)
+        for fd in protocol_fds:
+            os.close(fd)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
         sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False)
         sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)
+        os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update(request["env"])
+        argv = request["argv"]
         sys.argv = list(argv[1:])
         import train_gpt
 
@@ -145,3 +270,53 @@ def fork_trainer(argv: Sequence[str], *, env: Mapping[str, str], stdout: IO[str]
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def serve() -> int:
+    """The server: preload, then fork a child per request line until end of input."""
+    requests = os.dup(0)
+    replies = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # a stray print in an imported module must not corrupt the protocol
+    os.close(devnull)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the trainers directly
+    preload()
+    children: set[int] = set()
+    buffer = b""
+
+    def reply(message: dict) -> None:
+        os.write(replies, (json.dumps(message) + "\n").encode())
+
+    def reap() -> None:
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            children.discard(pid)
+            reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    while True:
+        ready, _, _ = select.select([requests], [], [], REAP_SECONDS)
+        if ready:
+            chunk = os.read(requests, 65536)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                request = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                server_pid = os.getpid()
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, server_pid, (requests, replies))
+                children.add(pid)
+                reply({"started": pid})
+        reap()
+    return 0  # end of input: exiting sends the running children SIGTERM (their parent-death signal)
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -153,20 +153,60 @@ def test_fork_start_trains_bit_identical_to_exec(tmp_path):
 
 
 def test_forked_trainer_checkpoints_on_sigterm_and_resumes(tmp_path):
-    """A forked child answers SIGTERM like an exec'd one: checkpoint, exit 75, resume on rerun."""
+    """A forked child answers SIGTERM like an exec'd one: checkpoint, exit 75, resume on rerun.
+
+    This process has run torch operations first (its OpenMP pool exists): forking it directly
+    would hang the child at its first parallel region, which is why children come from the
+    fork server.
+    """
+    import torch
+
     from launch.warm_start import fork_trainer
 
+    assert float(torch.ones(256, 256).matmul(torch.ones(256, 256)).sum()) == 256.0**3  # start the pool
     run_dir = tmp_path / "run"
     argv = [sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), f"run.dir={run_dir}",
             "training.steps=400", "checkpoint.interval=1000", "logging.progress_bar=false"]  # fmt: skip
-    with open(tmp_path / "out.log", "w") as log:
-        child = fork_trainer(argv, env=env_with(), stdout=log)
-        deadline = time.time() + 120
-        while not (run_dir / "metrics.jsonl").exists() or "train" not in (run_dir / "metrics.jsonl").read_text():
-            assert child.poll() is None and time.time() < deadline, (tmp_path / "out.log").read_text()
-            time.sleep(0.1)
-        child.terminate()
-        assert child.wait(timeout=120) == 75
+    child = fork_trainer(argv, env=env_with(), log=tmp_path / "out.log")
+    deadline = time.time() + 120
+    while not (run_dir / "metrics.jsonl").exists() or "train" not in (run_dir / "metrics.jsonl").read_text():
+        assert child.poll() is None and time.time() < deadline, (tmp_path / "out.log").read_text()
+        time.sleep(0.1)
+    child.terminate()
+    assert child.wait(timeout=120) == 75
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] == 75 and 0 < summary["steps"] < 400
     assert (run_dir / "checkpoints" / "latest").exists()
+
+
+def test_fork_server_dies_with_executor_and_its_trainers_checkpoint(tmp_path):
+    """SIGKILL the process that owns the fork server: the server gets SIGTERM, its trainer
+    gets SIGTERM in turn, checkpoints and exits 75 (nothing keeps training unowned)."""
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), f"run.dir={run_dir}",
+            "training.steps=400", "checkpoint.interval=1000", "logging.progress_bar=false"]  # fmt: skip
+    owner_code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from launch.warm_start import fork_trainer\n"
+        f"child = fork_trainer({argv!r}, env=dict(__import__('os').environ), log=Path({str(tmp_path / 'out.log')!r}))\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", owner_code], cwd=REPO, env=env_with(), stdout=subprocess.PIPE, text=True)
+    trainer_pid = int(owner.stdout.readline())
+    deadline = time.time() + 120
+    while not (run_dir / "metrics.jsonl").exists() or "train" not in (run_dir / "metrics.jsonl").read_text():
+        assert time.time() < deadline, (tmp_path / "out.log").read_text()
+        time.sleep(0.1)
+    owner.kill()
+    owner.wait()
+    deadline = time.time() + 120
+    while not (run_dir / "summary.json").exists():
+        assert time.time() < deadline, (tmp_path / "out.log").read_text()
+        time.sleep(0.2)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["exit_code"] == 75 and 0 < summary["steps"] < 400
+    while Path(f"/proc/{trainer_pid}").exists() and time.time() < deadline:  # exits after writing
+        time.sleep(0.1)
+    assert not Path(f"/proc/{trainer_pid}").exists() or "Z" in Path(f"/proc/{trainer_pid}/stat").read_text().split()[2]
