@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 SUBCOMMANDS: dict[str, str] = {
     "transfer": "eval.transfer_cmd",
     "coord-check": "eval.coord_check",
-    "diversity": "eval.diversity",
+    "diversity": "eval.diversity_cmd",
 }
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runconfig import ConfigError, atomic_write_text, load_config
+from eval.outputs import write_json
+from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
 
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ def _with(cfg: RunConfig, num_layers: int, hidden_size: int | None) -> RunConfig
     return dataclasses.replace(cfg, model=model)
 
 
-def _layer_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+def layer_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Every transformer layer's output for ``tokens`` (``[s, b, h]`` each, fp32, detached)."""
     import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
@@ -110,7 +111,7 @@ def measure(
     def snapshot(step: int, init: list[torch.Tensor] | None) -> tuple[CoordRecord, list[torch.Tensor]]:
         model.eval()
         with torch.no_grad():
-            outs = _layer_outputs(model, fixed)
+            outs = layer_outputs(model, fixed)
         model.train()
         base = init if init is not None else outs
         rec = CoordRecord(
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.out:
         out = Path(args.out)
-        atomic_write_text(out / "coord_check.json", json.dumps(results, indent=1))
+        write_json(out / "coord_check.json", results)
         plot(results, out / "coord_check.png", f"coordinate check: {cfg.parametrization.preset}")
         print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
     print(("PASS" if results["passed"] else "FAIL") + f": max |slope| {worst:.3f} (threshold {args.max_slope})")

@@ -8,14 +8,14 @@ as a ``KeyError`` or a silently wrong plot.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from runconfig.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, SUMMARY_FILE, TAIL_COLUMNS
+from runconfig.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, TAIL_COLUMNS
+from runconfig.run_dir import read_summary
 
 # Contract column -> the short name the analysis uses.
 SHORT_NAMES: dict[str, str] = {
@@ -225,13 +225,9 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
     """
     reasons: dict[str, str] = {}
     for run_id in run_ids:
-        summary = sweep_dir / "runs" / run_id / SUMMARY_FILE
-        try:
-            data = json.loads(summary.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("reason"), str) and data["reason"]:
-            reasons[run_id] = data["reason"]
+        summary = read_summary(sweep_dir / "runs" / run_id)
+        if summary is not None and isinstance(summary.reason, str) and summary.reason:
+            reasons[run_id] = summary.reason
     return reasons
 
 

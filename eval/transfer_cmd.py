@@ -10,8 +10,9 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -87,10 +88,79 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-figures", action="store_true", help="write only the JSON, CSV and reports")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass
+class TransferOutputs:
+    """What :func:`write_transfer` produced: the analysis, and the files written under ``out``."""
+
+    analysis: TransferAnalysis
+    files: list[str]  # figure files (PNG and PDF) besides transfer.json/.csv and the reports
+    figures: list[tuple[str, str]]  # (PNG name, caption) in report order
+    figure_failed: bool  # a figure raised (its note is in the analysis); the numbers are written
+
+
+def write_transfer(
+    sweep_dir: str | Path,
+    out: str | Path,
+    *,
+    shared_base: Optional[str] = None,
+    fractions: Any = None,
+    base_depth: Optional[int] = None,
+    presets: Optional[list[str]] = None,
+    fit_window: int = 1,
+    n_boot: int = 1000,
+    boot_seed: int = 0,
+    use_evals_before_divergence: bool = False,
+    figures: bool = True,
+    dpi: int = 150,
+) -> TransferOutputs:
+    """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
+
+    The Python API behind ``python -m eval transfer`` (the demo calls it). Raises
+    ``ResultsError`` / ``AnalysisInputError`` on bad input and ``OSError`` when ``out`` cannot be made.
+    """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import ResultsError, read_results, share_base_depth
-    from eval.transfer import AnalysisInputError, Note, analyze, fraction_label
+    from eval.results import read_results, share_base_depth
+    from eval.transfer import Note, analyze
+
+    sweep = read_results(sweep_dir)
+    if shared_base:
+        sweep = share_base_depth(sweep, shared_base)
+    analysis = analyze(
+        sweep,
+        fractions=fractions,
+        base_depth=base_depth,
+        presets=presets,
+        window=fit_window,
+        n_boot=n_boot,
+        boot_seed=boot_seed,
+        use_evals_before_divergence=use_evals_before_divergence,
+    )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    made: list[tuple[str, str]] = []
+    files: list[str] = []
+    failed = False
+    if figures:
+        from eval.plots import save_figure
+
+        for name, build in _figure_builders(analysis):
+            try:
+                for stem, caption, fig in build():
+                    files += [p.name for p in save_figure(fig, out, stem, dpi)]
+                    made.append((f"{stem}.png", caption))
+            except Exception as exc:  # a broken figure must not cost the numbers
+                failed = True
+                analysis.notes.append(Note("figures", f"{name} failed: {type(exc).__name__}: {exc}"))
+                traceback.print_exc()
+    write_transfer_json(out / "transfer.json", analysis, files)
+    write_transfer_csv(out / "transfer.csv", analysis)
+    write_reports(out, analysis, made)
+    return TransferOutputs(analysis, files, made, failed)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.results import ResultsError
+    from eval.transfer import AnalysisInputError, fraction_label
 
     fractions = args.fractions
     if fractions and "all" in fractions:
@@ -99,48 +169,28 @@ def run(args: argparse.Namespace) -> int:
             return 2
         fractions = "all"
     try:
-        sweep = read_results(args.sweep_dir)
-        if args.shared_base:
-            sweep = share_base_depth(sweep, args.shared_base)
-        analysis = analyze(
-            sweep,
+        outputs = write_transfer(
+            args.sweep_dir,
+            args.out,
+            shared_base=args.shared_base,
             fractions=fractions,
             base_depth=args.base_depth,
             presets=args.presets,
-            window=args.fit_window,
+            fit_window=args.fit_window,
             n_boot=args.bootstrap,
             boot_seed=args.bootstrap_seed,
             use_evals_before_divergence=args.use_evals_before_divergence,
+            figures=not args.no_figures,
+            dpi=args.dpi,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"error: --out {out}: cannot create: {exc}", file=sys.stderr)
+        print(f"error: --out {args.out}: cannot create: {exc}", file=sys.stderr)
         return 2
-    figures: list[tuple[str, str]] = []
-    files: list[str] = []
-    failed = False
-    if not args.no_figures:
-        from eval.plots import save_figure
-
-        for name, build in _figure_builders(analysis):
-            try:
-                for stem, caption, fig in build():
-                    files += [p.name for p in save_figure(fig, out, stem, args.dpi)]
-                    figures.append((f"{stem}.png", caption))
-            except Exception as exc:  # a broken figure must not cost the numbers
-                failed = True
-                analysis.notes.append(Note("figures", f"{name} failed: {type(exc).__name__}: {exc}"))
-                traceback.print_exc()
-    write_transfer_json(out / "transfer.json", analysis, files)
-    write_transfer_csv(out / "transfer.csv", analysis)
-    write_reports(out, analysis, figures)
-    _print_summary(analysis, out, fraction_label)
-    return 1 if failed else 0
+    _print_summary(outputs.analysis, Path(args.out), fraction_label)
+    return 1 if outputs.figure_failed else 0
 
 
 def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[], list[tuple[str, str, Figure]]]]]:

@@ -35,6 +35,7 @@ from launch.errors import LaunchError
 from launch.planner import PENDING, Outcome, Planner, Point, key
 from launch.study import Study, available, load_study
 from runconfig import atomic_write_text
+from runconfig.run_dir import RunSummary, read_summary
 
 
 def _log(msg: str) -> None:
@@ -78,11 +79,11 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     return data_dir
 
 
-def _end_loss(summary: Optional[dict]) -> Optional[float]:
-    if not summary or summary.get("status") != "completed":
+def _end_loss(summary: Optional[RunSummary]) -> Optional[float]:
+    if summary is None or summary.status != "completed":
         return None
-    value = summary.get("final_val_loss")
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    value = summary.final_val_loss
+    return value if value is not None and math.isfinite(value) else None
 
 
 class AdaptiveSweep:
@@ -144,7 +145,6 @@ class AdaptiveSweep:
 
     def results(self) -> dict[Point, Outcome]:
         """Every planned point's outcome: end loss, None (failed/diverged) or PENDING."""
-        from launch.run_state import read_summary
         from launch.sweep_dir import run_dir
 
         out: dict[Point, Outcome] = {}
@@ -374,24 +374,24 @@ def run_demo(
     states = collect_states(sweep_dir, sweep.plan)
     print_report(sweep_dir, sweep.plan, states, sys.stderr)
     write_results(sweep_dir, sweep.plan, states)
-    from eval.__main__ import main as eval_main
+    from eval.report import headline_rows
+    from eval.results import ResultsError
+    from eval.transfer import AnalysisInputError
+    from eval.transfer_cmd import write_transfer
 
     report_dir = out / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        code = eval_main(
-            [
-                "transfer", str(sweep_dir), "--out", str(report_dir), "--shared-base", s.presets[0],
-                "--fit-window", str(s.fit_window),
-            ]
-        )  # fmt: skip
-    _log(f"eval transfer: exit {code}; its warnings are in {report_dir / 'eval.log'} and report.md")
-    if code not in (0, 1):
-        _log(f"eval transfer exited {code}")
-        return code
-    transfer = (
-        json.loads((report_dir / "transfer.json").read_text()) if (report_dir / "transfer.json").is_file() else {}
-    )
+    try:
+        with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stderr(log):
+            outputs = write_transfer(
+                sweep_dir, report_dir, shared_base=s.presets[0], fit_window=s.fit_window
+            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W`
+    except (ResultsError, AnalysisInputError) as exc:
+        _log(f"eval transfer: {exc}")
+        return 2
+    failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""
+    _log(f"eval transfer: {len(outputs.analysis.notes)} notes in {report_dir / 'report.md'}{failed}")
+    transfer = {"headline": headline_rows(outputs.analysis)}
     minutes = (time.time() - t0) / 60
     h = headline(transfer, sweep, s)
     h["wall_minutes"] = minutes

@@ -9,15 +9,14 @@ starting trainer exit 4) or an attempt still open on a live process or another h
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
 
 from launch import attempts
-from launch.contract import FINAL_STATUSES, LOCK_FILE, SUMMARY_FILE
+from launch.contract import FINAL_STATUSES, LOCK_FILE
 from launch.outcomes import counts_as_failure
+from runconfig.run_dir import read_summary
 
 STATUSES: tuple[str, ...] = ("completed", "diverged", "failed", "running", "pending")
 PROC_LOCKS = Path("/proc/locks")
@@ -34,14 +33,6 @@ class RunState:
     def needs_work(self) -> bool:
         """The executor should (try to) run it."""
         return self.status not in FINAL_STATUSES and not self.gave_up
-
-
-def read_summary(run_dir: Path) -> Optional[dict[str, Any]]:
-    try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def lock_held(lock_path: Path) -> bool:
@@ -61,8 +52,8 @@ def lock_held(lock_path: Path) -> bool:
 
 def run_state(run_dir: Path, max_retries: int) -> RunState:
     summary = read_summary(run_dir)
-    if summary is not None and summary.get("status") in FINAL_STATUSES:
-        return RunState(summary["status"], summary.get("reason") or "")
+    if summary is not None and summary.final:
+        return RunState(summary.status, summary.reason or "")
     log = attempts.read(run_dir)
     if lock_held(run_dir / LOCK_FILE) or log.live_open():
         return RunState("running", "")
@@ -74,8 +65,8 @@ def run_state(run_dir: Path, max_retries: int) -> RunState:
         failed = counts_as_failure(last.outcome or "")
         detail = f"last attempt: {last.outcome} (exit {last.exit_code})"
     else:
-        reason = (summary or {}).get("reason") or ""
-        failed = summary is not None and summary.get("status") == "failed" and not reason.startswith("preempted")
+        reason = (summary.reason if summary else None) or ""
+        failed = summary is not None and summary.status == "failed" and not reason.startswith("preempted")
         detail = reason
     if failed or gave_up:
         limit = f"{failures} failed attempt(s), limit {max_retries + 1}"

@@ -22,16 +22,15 @@ from launch.contract import (
     CANONICAL_KEYS,
     CONFIG_FILE,
     EVAL_AT_KEY,
-    FINAL_STATUSES,
-    METRICS_FILE,
     STEPS_KEY,
     TAIL_COLUMNS,
     canonical_values,
 )
-from launch.run_state import STATUSES, RunState, read_summary, run_state
+from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from runconfig import atomic_write_text, flatten
+from runconfig.run_dir import read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
 RESULT_STATUS = {"completed": "completed", "diverged": "diverged", "failed": "failed", "running": "pending"}
@@ -70,26 +69,14 @@ def _run_config(rd: Path, run: PlannedRun) -> dict[str, Any]:
 
 
 def _metrics_evals(rd: Path) -> list[dict[str, Any]]:
-    rows = []
-    try:
-        lines = (rd / METRICS_FILE).read_text().splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:  # a line cut short by a hard kill
-            continue
-        if isinstance(row, dict) and row.get("kind") == "eval":
-            rows.append(row)
-    return rows
+    return [row for row in read_metrics(rd) if row.get("kind") == "eval"]
 
 
 def recorded_evals(rd: Path) -> list[dict[str, Any]]:
     """Evals of a finished run from ``summary.json``; of any other run from ``metrics.jsonl``."""
     summary = read_summary(rd)
-    if summary is not None and summary.get("status") in FINAL_STATUSES and isinstance(summary.get("evals"), list):
-        return [e for e in summary["evals"] if isinstance(e, dict)]
+    if summary is not None and summary.final:
+        return [{"step": e.step, "fraction": e.fraction, "val_loss": e.val_loss} for e in summary.evals]
     return _metrics_evals(rd)
 
 

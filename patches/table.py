@@ -1,6 +1,6 @@
 """The resolved table: every number the parametrization applies, per parameter.
 
-Printed by ``python -m patches.show``, stored as ``parametrization.json`` in every run
+Printed by ``python -m training.show``, stored as ``parametrization.json`` in every run
 directory and inside every checkpoint, and compared on resume. Parameter names and shapes
 are the global ones (layer numbers across pipeline stages, full tensor-parallel shapes), so
 the table of a run does not depend on how it was parallelized.

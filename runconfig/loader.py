@@ -1,6 +1,6 @@
 """YAML configs with dotted ``key=value`` overrides, validated against a dataclass schema.
 
-Every entry point (``train_gpt.py``, ``python -m patches.show``, ``python -m data_prep``,
+Every entry point (``train_gpt.py``, ``python -m training.show``, ``python -m data_prep``,
 ``python -m launch``) loads its config through :func:`load_config`, so the rules are the
 same everywhere: the YAML file is merged onto the schema's defaults, then the overrides
 in command-line order; an unknown key, a value of the wrong type or a value the schema

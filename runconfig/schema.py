@@ -1,6 +1,6 @@
 """The schema of a training-run config: one dataclass per YAML section.
 
-Key names here are a contract read by ``train_gpt.py``, ``patches.show``, the sweep tools
+Key names here are a contract read by ``train_gpt.py``, ``training.show``, the sweep tools
 and the analysis (docs/contracts.md). Each ``__post_init__`` rejects bad values with a
 message that starts with the dotted key.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from patches.parametrization import Parametrization
@@ -152,7 +153,7 @@ class DataConfig:
     split: str = "98,2,0"  # used when no valid prefixes are given: split the train blend
     tokenizer: Optional[str] = None  # SentencePiece .model or HF tokenizer.json
     seed: int = 1234  # data order and eval batches; the same for every run of a sweep
-    cache_dir: Optional[str] = None  # GPTDataset index cache (default: <run.dir>/../.index_cache)
+    cache_dir: Optional[str] = None  # GPTDataset index cache (None: RunConfig.index_cache_dir())
 
     def __post_init__(self) -> None:
         if self.train_weights is not None and len(self.train_weights) != len(self.train_prefixes):
@@ -225,21 +226,14 @@ class RunConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def __post_init__(self) -> None:
-        if self.scheduler.warmup_steps >= self.training.steps and self.scheduler.decay_style != "constant":
-            raise ValueError(
-                f"scheduler.warmup_steps: {self.scheduler.warmup_steps} must be < training.steps={self.training.steps}"
-            )
-        if self.scheduler.decay_style == "wsd" and self.scheduler.wsd_decay_steps > self.training.steps:
-            raise ValueError("scheduler.wsd_decay_steps: must be <= training.steps")
-        if self.model.block == "linear1" and self.model.activation == "swiglu":
-            raise ValueError("model.activation: swiglu does not apply to model.block=linear1 (use model.linear1_phi)")
-        if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
-            raise ValueError(
-                f"parallel.pipeline_model_parallel_size: {self.parallel.pipeline_model_parallel_size} "
-                f"does not divide model.num_layers={self.model.num_layers}"
-            )
-        if self.data.mock and self.model.vocab_size is None:
-            raise ValueError("model.vocab_size: required when data.mock is true")
+        from runconfig.validate import validate
+
+        validate(self)  # the cross-section checks (device-dependent ones once the device is known)
+
+    def index_cache_dir(self, run_dir: Optional[Path] = None) -> str:
+        """Where megatron's dataset index cache goes: ``data.cache_dir``, else ``<run dir>/.index_cache``
+        (``run_dir``: where the run directory is now, if it moved since ``run.dir`` was written)."""
+        return self.data.cache_dir or str(Path(run_dir or self.run.dir) / ".index_cache")
 
     def check_data_source(self) -> None:
         """Training needs data; showing the table or a coordinate check does not."""

@@ -93,7 +93,8 @@ def test_depth_scaling_fit():
 # ----------------------------------------------------------------------------- the real model at init
 @pytest.fixture(scope="module")
 def at_init(megatron):
-    from eval.diversity import Grid, analyse, init_model, random_tokens, with_depth
+    from eval.diversity import Grid, analyse
+    from eval.diversity_inputs import init_model, random_tokens, with_depth
 
     grid = Grid([0.25, 0.5], None, 12, 0.5, 0.25)
     tokens = random_tokens(512, 4, 32, seed=0)
@@ -127,7 +128,8 @@ def test_depth_scaling_separates_depth_mup_from_ode_at_init(at_init):
 def test_residual_streams_are_block_inputs_and_outputs(megatron):
     import torch
 
-    from eval.diversity import init_model, random_tokens, residual_streams
+    from eval.diversity import residual_streams
+    from eval.diversity_inputs import init_model, random_tokens
 
     model = init_model(tiny_config("model.num_layers=3", "model.seq_length=16"), seed=0)
     tokens = random_tokens(512, 2, 16, seed=0)
@@ -190,7 +192,7 @@ def test_run_dir_checkpoint_json(trained_run, tmp_path):
 def test_checkpoint_weights_are_loaded(trained_run, megatron):
     import torch
 
-    from eval.diversity import checkpoint_model, find_checkpoint, run_config
+    from eval.diversity_inputs import checkpoint_model, find_checkpoint, run_config
 
     ckpt = find_checkpoint(trained_run)
     model = checkpoint_model(run_config(trained_run / "config.yaml"), ckpt)
@@ -213,7 +215,7 @@ def test_dist_checkpoint_is_loaded(trained_run, tmp_path, megatron, monkeypatch)
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import ShardedTensor
 
-    from eval.diversity import checkpoint_model, find_checkpoint, run_config
+    from eval.diversity_inputs import checkpoint_model, find_checkpoint, run_config
 
     run = tmp_path / "gpu_run"
     step = run / "checkpoints" / "step_00000020"

@@ -193,7 +193,9 @@ def test_fork_server_dies_with_executor_and_its_trainers_checkpoint(tmp_path):
         "print(child.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
-    owner = subprocess.Popen([sys.executable, "-c", owner_code], cwd=REPO, env=env_with(), stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", owner_code], cwd=REPO, env=env_with(), stdout=subprocess.PIPE, text=True
+    )
     trainer_pid = int(owner.stdout.readline())
     deadline = time.time() + 120
     while not (run_dir / "metrics.jsonl").exists() or "train" not in (run_dir / "metrics.jsonl").read_text():

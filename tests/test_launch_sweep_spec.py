@@ -102,9 +102,11 @@ def test_bad_specs_exit_2_naming_file_and_entry(tmp_path, capsys, changes, expec
 
 
 def test_bad_grid_point_is_named(tmp_path, capsys):
-    # Each value alone is valid (the base has 4 layers); 3 layers on 2 pipeline stages is not.
+    # Each value alone is valid (the base has 4 layers and a device chosen at run time);
+    # 3 layers on 2 pipeline stages is not.
     grid = {"parallel.pipeline_model_parallel_size": [1, 2], "model.num_layers": [2, 3]}
-    spec = derived_spec(tmp_path, grid=grid)
+    overrides = {"training.steps": 40, "parametrization.base_num_layers": 2, "parallel.device": "auto"}
+    spec = derived_spec(tmp_path, grid=grid, overrides=overrides)
     code, err = _run_main(capsys, "sweep", str(spec), "--sweep-dir", str(tmp_path / "sw"), "--dry-run")
     assert code == 2
     assert "grid point {parallel.pipeline_model_parallel_size=2, model.num_layers=3}" in err

@@ -1,4 +1,4 @@
-"""`python -m patches.show` prints the resolved table for every preset; bad input exits 2."""
+"""`python -m training.show` prints the resolved table for every preset; bad input exits 2."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ EXPECTED = {  # preset -> (alpha, gamma, branch multiplier, Adam LR factor of hi
 
 
 def show(capsys, *args):
-    from patches.show import main
+    from training.show import main
 
     code = main(["--config", str(TINY), *args])
     return code, capsys.readouterr()

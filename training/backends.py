@@ -61,10 +61,6 @@ class CpuBackend:
     """gloo + torch optimizer over megatron param groups (see module docstring)."""
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization | None) -> None:
-        if parallel_state.get_pipeline_model_parallel_world_size() > 1:
-            raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
-        if model.config.sequence_parallel:
-            raise ValueError("parallel.sequence_parallel: needs the GPU path")
         self.model = model
         self.optimizer = CpuOptimizer(cfg, [model], resolved)
         dp_group = parallel_state.get_data_parallel_group()
@@ -116,7 +112,9 @@ class CpuBackend:
     def _file(self, directory: Path) -> Path:
         tp = parallel_state.get_tensor_model_parallel_rank()
         pp = parallel_state.get_pipeline_model_parallel_rank()
-        return directory / f"model_tp{tp}_pp{pp}.pt"
+        from training.checkpoint import cpu_state_file
+
+        return directory / cpu_state_file(tp, pp)
 
     def save_state(self, directory: Path) -> None:
         if parallel_state.get_data_parallel_rank() == 0:
@@ -150,12 +148,7 @@ class GpuBackend:
         import patches
         from training.optim import megatron_optimizer_config, overrides
 
-        distributed = cfg.parallel.use_distributed_optimizer
-        if distributed and cfg.optimizer.name == "sgd":
-            raise ValueError(
-                "parallel.use_distributed_optimizer: megatron-core's distributed optimizer supports only "
-                "Adam/AdamW; set parallel.use_distributed_optimizer=false for optimizer.name=sgd"
-            )
+        distributed = cfg.parallel.use_distributed_optimizer  # sgd excluded by runconfig.validate
         config = model.config
         # Gradients are the token mean over the whole global batch (the CPU path's contract):
         # megatron sums token losses and finalize_model_grads divides by the all-reduced token

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,28 +28,20 @@ import torch
 import torch.distributed as dist
 
 from runconfig import atomic_write_text
+from runconfig.run_dir import CHECKPOINTS_DIR, COMMON_FILE, LATEST, checkpoint_dir, latest_checkpoint, step_dir_name
 
-LATEST = "latest"
+
+def cpu_state_file(tp_rank: int, pp_rank: int) -> str:
+    """A CPU checkpoint's model + optimizer state of one model-parallel rank."""
+    return f"model_tp{tp_rank}_pp{pp_rank}.pt"
+
+
+CPU_MODEL_FILE = cpu_state_file(0, 0)  # the whole model of a TP=PP=1 CPU checkpoint
 
 
 def _barrier() -> None:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
-
-
-def latest_checkpoint(ckpt_root: Path) -> Optional[Path]:
-    """The checkpoint named by ``latest`` (None when there is none)."""
-    pointer = ckpt_root / LATEST
-    if not pointer.is_file():
-        return None
-    path = ckpt_root / pointer.read_text().strip()
-    if not (path / "common.json").is_file():
-        raise ValueError(f"{pointer} names {path}, which is not a complete checkpoint")
-    return path
 
 
 def rng_state() -> dict[str, Any]:
@@ -97,7 +90,7 @@ def save(
     torch.save(rng_state(), tmp / f"rng_rank{rank}.pt")
     if rank == 0:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        atomic_write_text(tmp / "common.json", json.dumps(common, indent=1, sort_keys=True))
+        atomic_write_text(tmp / COMMON_FILE, json.dumps(common, indent=1, sort_keys=True))
     _barrier()
     if rank == 0:
         if final.exists():
@@ -119,10 +112,106 @@ def _prune(ckpt_root: Path, keep: int) -> None:
 
 def load(path: Path, backend: Any, scheduler: Any, rank: int) -> dict[str, Any]:
     """Restore model, optimizer, scheduler and this rank's RNG; returns ``common.json``."""
-    common = json.loads((path / "common.json").read_text())
+    common = json.loads((path / COMMON_FILE).read_text())
     backend.load_state(path, common)
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     rng_file = path / f"rng_rank{rank}.pt"
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, weights_only=False))
     return common
+
+
+# ----------------------------------------------------------------------------- reading weights back
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, incomplete or does not fit the model; names the file."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint folder of a run directory and how its model state is stored."""
+
+    run_dir: Path
+    path: Path
+    step: int
+    format: str  # "cpu" (model_tp0_pp0.pt) | "dist" (dist/ folder)
+
+
+def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
+    """The latest checkpoint of ``run_dir`` (or the one of ``step``) whose model weights can be read
+    into one process: a GPU ``dist/`` checkpoint (any layout: it reshards) or a TP=PP=1 CPU one."""
+    if step is None:
+        try:
+            path = latest_checkpoint(run_dir)
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from exc
+        if path is None:
+            raise CheckpointError(f"no checkpoint in {run_dir / CHECKPOINTS_DIR} (no '{LATEST}' file)")
+    else:
+        path = checkpoint_dir(run_dir, step)
+        if not (path / COMMON_FILE).is_file():
+            raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMON_FILE})")
+    try:
+        common = json.loads((path / COMMON_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {path / COMMON_FILE}: {exc}") from exc
+    if (path / "dist").is_dir():
+        return Checkpoint(run_dir, path, int(common.get("step", -1)), "dist")
+    layout = common.get("layout") or {}
+    if layout.get("tp", 1) != 1 or layout.get("pp", 1) != 1:
+        raise CheckpointError(
+            f"{path} is a CPU checkpoint written with tp={layout.get('tp')} pp={layout.get('pp')}; "
+            "only TP=PP=1 CPU checkpoints (or GPU dist/ checkpoints, which reshard) can be read"
+        )
+    if not (path / CPU_MODEL_FILE).is_file():
+        raise CheckpointError(f"{path} has neither {CPU_MODEL_FILE} nor a dist/ folder")
+    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu")
+
+
+def _vocab_in(ckpt: Checkpoint, state: Optional[dict[str, Any]]) -> int:
+    """The (padded) vocabulary the checkpoint was trained with, read from its embedding."""
+    key = "embedding.word_embeddings.weight"
+    if state is not None:
+        if key not in state:
+            raise CheckpointError(f"{ckpt.path / CPU_MODEL_FILE} has no {key}")
+        return int(state[key].shape[0])
+    from megatron.core import dist_checkpointing
+
+    meta = dist_checkpointing.load_tensors_metadata(str(ckpt.path / "dist"))
+    if key not in meta:
+        raise CheckpointError(f"{ckpt.path / 'dist'} has no {key}")
+    return int(meta[key].global_shape[0])
+
+
+def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
+    """The run's patched model with the checkpoint's weights, fp32 on CPU, in eval mode.
+
+    ``cfg`` is the run's config with one model process (TP=PP=1); megatron's parallel state
+    must be initialized (``training.distributed.single_process``). Only model weights are
+    read: a dist checkpoint's optimizer shards are left alone.
+    """
+    from training.model import Placement, build_model
+
+    skip_init = Placement(initialize=False)
+    if ckpt.format == "cpu":
+        file = ckpt.path / CPU_MODEL_FILE
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["model"]
+        except Exception as exc:  # a truncated or foreign file: say which
+            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+        model = build_model(cfg, _vocab_in(ckpt, state), skip_init)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise CheckpointError(f"{file} does not fit {ckpt.run_dir / 'config.yaml'}: {exc}") from exc
+        return model.float().eval()
+    from megatron.core import dist_checkpointing
+
+    model = build_model(cfg, _vocab_in(ckpt, None), skip_init)
+    try:  # only the model's keys are requested; the optimizer's in the folder are left unread
+        state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt.path / "dist"))
+        model.load_state_dict(state["model"], strict=True)
+    except Exception as exc:
+        raise CheckpointError(
+            f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / 'config.yaml'}'s model: {type(exc).__name__}: {exc}"
+        ) from exc
+    return model.float().eval()

@@ -2,7 +2,7 @@
 
 Under ``torchrun`` / SLURM / the DeepSpeed launcher the usual ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` variables are read. A plain single
-process (the CPU demo, ``patches.show``, tests) gets an in-memory store: no port needed.
+process (the CPU demo, ``training.show``, tests) gets an in-memory store: no port needed.
 """
 
 from __future__ import annotations

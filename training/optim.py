@@ -23,7 +23,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import param_is_not_shared
 
 import patches
-from patches.rules import ResolvedParametrization
+from patches.rules import OPTIMIZER_FAMILIES, ResolvedParametrization
 from runconfig.schema import RunConfig
 
 DECAY_STYLES = {"constant": "constant", "linear": "linear", "cosine": "cosine", "wsd": "WSD"}
@@ -32,7 +32,7 @@ DECAY_STYLES = {"constant": "constant", "linear": "linear", "cosine": "cosine", 
 def megatron_optimizer_config(cfg: RunConfig, bf16: bool = False, distributed: bool = False) -> MegatronOptimizerConfig:
     o = cfg.optimizer
     return MegatronOptimizerConfig(
-        optimizer="sgd" if o.name == "sgd" else "adam",
+        optimizer=OPTIMIZER_FAMILIES[o.name],  # megatron's names are the families: adam | sgd
         lr=o.lr,
         min_lr=o.lr * o.min_lr_ratio,
         weight_decay=o.weight_decay,

@@ -1,4 +1,4 @@
-"""``python -m patches.show --config FILE [key=value ...] [--json]``: print the resolved table.
+"""``python -m training.show --config FILE [key=value ...] [--json]``: print the resolved table.
 
 The model is built on the ``meta`` device (no memory, no init), so the table of a
 multi-billion-parameter config prints in seconds and lists megatron's real parameter names.
@@ -58,7 +58,7 @@ def _single_stage(cfg: RunConfig) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patches.show", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m training.show", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="run config YAML")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")

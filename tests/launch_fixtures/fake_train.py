@@ -41,6 +41,7 @@ _pkg.__path__ = [str(REPO / "patches")]
 sys.modules.setdefault("patches", _pkg)
 
 from runconfig import ConfigError, atomic_write_text, dump_yaml, load_config  # noqa: E402
+from runconfig import run_dir as rd  # noqa: E402  (the run-directory format, as the real trainer writes it)
 from runconfig.schema import RunConfig  # noqa: E402
 
 PREEMPT = {"signal": None}
@@ -63,33 +64,29 @@ def _starts(run_dir: Path) -> int:
 
 
 def _save_checkpoint(run_dir: Path, step: int, keep: int) -> None:
-    ckpts = run_dir / "checkpoints"
-    folder = ckpts / f"step_{step:08d}"
+    folder = rd.checkpoint_dir(run_dir, step)
+    ckpts = folder.parent
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "state.json", json.dumps({"step": step}))
-    atomic_write_text(ckpts / "latest", folder.name)
+    atomic_write_text(folder / rd.COMMON_FILE, json.dumps({"step": step}))
+    atomic_write_text(ckpts / rd.LATEST, folder.name)
     for old in sorted(p for p in ckpts.iterdir() if p.is_dir() and p.name.startswith("step_"))[:-keep]:
         shutil.rmtree(old)
 
 
 def _restore(run_dir: Path) -> int:
-    latest = run_dir / "checkpoints" / "latest"
-    if not latest.exists():
-        return 0
-    return json.loads((run_dir / "checkpoints" / latest.read_text().strip() / "state.json").read_text())["step"]
+    latest = rd.latest_checkpoint(run_dir)
+    return 0 if latest is None else json.loads((latest / "state.json").read_text())["step"]
 
 
 def _metrics(run_dir: Path, upto: int) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    rows = [r for r in rows if r["step"] <= upto]
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-    return rows
+    rd.truncate_metrics(run_dir, upto)
+    return rd.read_metrics(run_dir)
 
 
 def _append(run_dir: Path, row: dict) -> None:
-    with open(run_dir / "metrics.jsonl", "a") as fh:
-        fh.write(json.dumps(row) + "\n")
+    with open(run_dir / rd.METRICS_FILE, "a") as fh:
+        fh.write(rd.metrics_line(row))
 
 
 def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step: int, started: float) -> None:
@@ -100,27 +97,27 @@ def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step
     train = [r for r in rows if r["kind"] == "train"]
     tokens = step * cfg.training.global_batch_size * cfg.model.seq_length
     final_frac = max(cfg.eval.at)
-    summary = {
-        "status": status,
-        "reason": reason,
-        "exit_code": code,
-        "steps": step,
-        "target_steps": cfg.training.steps,
-        "tokens": tokens,
-        "evals": evals,
-        "final_val_loss": next((e["val_loss"] for e in evals if e["fraction"] == final_frac), None),
-        "final_train_loss": train[-1]["loss"] if train else None,
-        "wall_time_s": time.time() - started,
-        "preset": cfg.parametrization.preset,
-        "num_layers": cfg.model.num_layers,
-        "hidden_size": cfg.model.hidden_size,
-        "lr": cfg.optimizer.lr,
-        "block_multiplier": cfg.parametrization.block_multiplier,
-        "seed": cfg.run.seed,
-        "base_num_layers": cfg.parametrization.base_num_layers or cfg.model.num_layers,
-        "optimizer": cfg.optimizer.name,
-    }
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
+    summary = rd.RunSummary(
+        status=status,
+        reason=reason,
+        exit_code=code,
+        steps=step,
+        target_steps=cfg.training.steps,
+        tokens=tokens,
+        evals=tuple(rd.EvalRecord(e["step"], e["fraction"], e["val_loss"]) for e in evals),
+        final_val_loss=next((e["val_loss"] for e in evals if e["fraction"] == final_frac), None),
+        final_train_loss=train[-1]["loss"] if train else None,
+        wall_time_s=time.time() - started,
+        preset=cfg.parametrization.preset,
+        num_layers=cfg.model.num_layers,
+        hidden_size=cfg.model.hidden_size,
+        lr=cfg.optimizer.lr,
+        block_multiplier=cfg.parametrization.block_multiplier,
+        seed=cfg.run.seed,
+        base_num_layers=cfg.parametrization.base_num_layers or cfg.model.num_layers,
+        optimizer=cfg.optimizer.name,
+    )
+    rd.write_summary(run_dir, summary)
 
 
 def _all_reduce(rank: int, world: int) -> float:
@@ -177,12 +174,10 @@ def main() -> int:
 
 
 def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists() and not force:
-        recorded = json.loads(summary_path.read_text())
-        if recorded["status"] in ("completed", "diverged"):
-            _event(run_dir, event="skip", status=recorded["status"])
-            return recorded["exit_code"]
+    recorded = rd.read_summary(run_dir)
+    if recorded is not None and recorded.final and not force:
+        _event(run_dir, event="skip", status=recorded.status)
+        return recorded.exit_code
     if force:
         for name in ("summary.json", "metrics.jsonl"):
             (run_dir / name).unlink(missing_ok=True)

@@ -1,0 +1,56 @@
+"""Every check of a run config that involves more than one key, in one place: :func:`validate`.
+
+Single values are checked by their section's ``__post_init__`` (runconfig/schema.py). What a
+combination of keys, or a key and the device, rules out is checked here, and nowhere else:
+``RunConfig.__post_init__`` calls ``validate(cfg)`` (so every entry point that loads a
+config runs it: train_gpt.py, training.show, launch's grid expansion, eval), and the
+trainer calls it again with the device it resolved. Each message starts with the dotted key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from runconfig.schema import RunConfig
+
+DEVICES = ("cpu", "cuda")
+
+
+def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
+    """Raise ``ValueError`` for a combination of settings that cannot run.
+
+    ``device`` is the resolved device (cpu | cuda); None uses ``parallel.device`` when it
+    names one and skips the device checks when it is ``auto`` (not known until run time).
+    """
+    m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
+    if sch.warmup_steps >= tr.steps and sch.decay_style != "constant":
+        raise ValueError(f"scheduler.warmup_steps: {sch.warmup_steps} must be < training.steps={tr.steps}")
+    if sch.decay_style == "wsd" and sch.wsd_decay_steps > tr.steps:
+        raise ValueError("scheduler.wsd_decay_steps: must be <= training.steps")
+    if m.block == "linear1" and m.activation == "swiglu":
+        raise ValueError("model.activation: swiglu does not apply to model.block=linear1 (use model.linear1_phi)")
+    if m.num_layers % par.pipeline_model_parallel_size:
+        raise ValueError(
+            f"parallel.pipeline_model_parallel_size: {par.pipeline_model_parallel_size} "
+            f"does not divide model.num_layers={m.num_layers}"
+        )
+    if cfg.data.mock and m.vocab_size is None:
+        raise ValueError("model.vocab_size: required when data.mock is true")
+
+    device = device or (par.device if par.device in DEVICES else None)
+    if device == "cpu":
+        if tr.precision == "bf16":
+            raise ValueError("training.precision: bf16 needs the GPU path; use fp32 on CPU")
+        if par.pipeline_model_parallel_size > 1:
+            raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
+        if par.sequence_parallel:
+            raise ValueError("parallel.sequence_parallel: needs the GPU path")
+    elif device == "cuda":
+        if par.use_distributed_optimizer and cfg.optimizer.name == "sgd":
+            raise ValueError(
+                "parallel.use_distributed_optimizer: megatron-core's distributed optimizer supports only "
+                "Adam/AdamW; set parallel.use_distributed_optimizer=false for optimizer.name=sgd"
+            )
+    if par.sequence_parallel and m.block == "linear1":
+        raise ValueError("parallel.sequence_parallel: not supported with model.block=linear1")

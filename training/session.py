@@ -1,0 +1,245 @@
+"""Everything one run's step loop needs, built completely before the first step (:func:`build_session`).
+
+Device and precision, the distributed groups, data, the patched model with its resolved
+table, the backend (optimizer, DDP), the scheduler, and the resume point from the latest
+checkpoint (refused when the table or a math-changing config key differs). A
+:class:`SetupError` here means an invalid config: exit 2, nothing trained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from runconfig import atomic_write_text, dump_yaml, flatten, to_dict
+from runconfig.run_dir import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    METRICS_FILE,
+    PARAMETRIZATION_FILE,
+    SUMMARY_FILE,
+    latest_checkpoint,
+    truncate_metrics,
+)
+from runconfig.schema import RunConfig
+from runconfig.validate import validate
+
+# Config keys that may change between a run and its resume (they do not change the math).
+RESUMABLE_CHANGES = ("run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir")
+
+log = logging.getLogger("train_gpt")
+
+
+class SetupError(ValueError):
+    """Invalid config discovered while setting up (exit 2, nothing trained)."""
+
+
+@dataclass
+class Session:
+    """A run ready to train: built by :func:`build_session`, read by the loop."""
+
+    cfg: RunConfig
+    run_dir: Path
+    is_main: bool
+    device: str
+    bf16: bool
+    info: Any  # training.distributed.DistInfo
+    data: Any  # training.data.Datasets
+    plan: Any  # training.data.DataParallelPlan
+    eval_batches: list
+    vocab_size: int
+    padded_vocab: int
+    resolved: Any  # patches.rules.ResolvedParametrization
+    table: dict
+    backend: Any  # training.backends.CpuBackend | GpuBackend
+    scheduler: Any
+    config_dict: dict
+    start_step: int
+    evals: list[dict]  # {step, fraction, val_loss} so far (restored on resume)
+    wall_offset: float  # wall seconds of earlier sessions of this run
+    runlog: Optional[Any]  # training.metrics.RunLog on rank 0
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+    a, b = flatten(old), flatten(new)
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p) for p in RESUMABLE_CHANGES)
+    ]
+
+
+def setup_logging(run_dir: Path, is_main: bool) -> None:
+    log.handlers.clear()
+    log.setLevel(logging.INFO if is_main else logging.WARNING)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    err = logging.StreamHandler(sys.stderr)
+    err.setFormatter(fmt)
+    log.addHandler(err)
+    if is_main:
+        fh = logging.FileHandler(run_dir / "train.log")
+        fh.setFormatter(fmt)
+        log.addHandler(fh)
+    log.propagate = False
+
+
+def select_device(cfg: RunConfig) -> tuple[str, bool]:
+    """(device, bf16) from ``parallel.device`` and ``training.precision`` (checked against the
+    device by :func:`runconfig.validate.validate`); CPU thread settings."""
+    par = cfg.parallel
+    device = par.device if par.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SetupError("parallel.device: cuda requested but no CUDA device is available")
+    try:
+        validate(cfg, device)
+    except ValueError as exc:
+        raise SetupError(str(exc)) from exc
+    bf16 = cfg.training.precision == "bf16" or (cfg.training.precision == "auto" and device == "cuda")
+    if device == "cpu":
+        threads = par.cpu_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        if threads:
+            torch.set_num_threads(threads)
+        # Denormal floats take a slow microcode path on x86 CPUs (GPUs flush them in bf16
+        # anyway); small Adam second moments and scaled branches produce them routinely.
+        torch.set_flush_denormal(True)
+    return device, bf16
+
+
+def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
+    """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
+    from training import checkpoint
+    from training.data import build_datasets, data_parallel_plan, eval_micro_batches
+    from training.distributed import init_distributed, seed_everything
+    from training.metrics import RunLog
+    from training.model import Placement, build_model, padded_vocab_size, resolve
+    from training.optim import build_scheduler
+
+    try:
+        cfg.check_data_source()
+    except ValueError as exc:
+        raise SetupError(str(exc)) from exc
+    device, bf16 = select_device(cfg)
+    run_dir = Path(cfg.run.dir)
+    par = cfg.parallel
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if force:
+            clear_run_dir(run_dir)
+    setup_logging(run_dir, is_main)
+    info = init_distributed(device, par.tensor_model_parallel_size, par.pipeline_model_parallel_size)
+    seed_everything(cfg.run.seed, device)
+
+    try:
+        data = build_datasets(cfg, cfg.index_cache_dir())
+        plan = data_parallel_plan(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SetupError(str(exc)) from exc
+    eval_batches = eval_micro_batches(data.valid, plan, cfg.eval.batches)
+    vocab_size = data.tokenizer.vocab_size
+    if cfg.model.vocab_size is not None and cfg.model.vocab_size != vocab_size and not cfg.data.mock:
+        raise SetupError(f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({vocab_size})")
+    padded_vocab = padded_vocab_size(vocab_size, par.tensor_model_parallel_size)
+
+    resolved = resolve(cfg)
+    model = build_model(cfg, padded_vocab, Placement(device=device, bf16=bf16), resolved=resolved)
+    table = gather_table(cfg, model, resolved)
+    backend = make_backend(cfg, model, resolved, device, bf16)
+    scheduler = build_scheduler(cfg, backend.optimizer)
+
+    config_dict = to_dict(cfg)
+    start_step, evals, wall_offset = 0, [], 0.0
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        check_resumable(json.loads((ckpt / "common.json").read_text()), ckpt, table, config_dict)
+        common = checkpoint.load(ckpt, backend, scheduler, info.rank)
+        start_step, evals, wall_offset = common["step"], common["evals"], common["wall_time_s"]
+        log.info("resumed from %s (step %d)", ckpt, start_step)
+    runlog = None
+    if is_main:
+        truncate_metrics(run_dir, start_step)
+        (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+        atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
+        atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
+        lg = cfg.logging
+        runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict)
+    log.info(
+        "run %s: %s L=%d n=%d lr=%g on %s (%s, tp=%d pp=%d dp=%d), %d steps x %d sequences",
+        run_dir,
+        cfg.parametrization.preset,
+        cfg.model.num_layers,
+        cfg.model.hidden_size,
+        cfg.optimizer.lr,
+        device,
+        "bf16" if bf16 else "fp32",
+        par.tensor_model_parallel_size,
+        par.pipeline_model_parallel_size,
+        plan.dp_size,
+        cfg.training.steps,
+        cfg.training.global_batch_size,
+    )
+    return Session(
+        cfg, run_dir, is_main, device, bf16, info, data, plan, eval_batches, vocab_size, padded_vocab,
+        resolved, table, backend, scheduler, config_dict, start_step, evals, wall_offset, runlog,
+    )  # fmt: skip
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """``--force``: forget the run's checkpoints, metrics and summary (its config is rewritten)."""
+    for name in (CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE, "tensorboard"):
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def make_backend(cfg: RunConfig, model: torch.nn.Module, resolved: Any, device: str, bf16: bool) -> Any:
+    from training.backends import CpuBackend, GpuBackend
+
+    try:
+        if device == "cuda":
+            return GpuBackend(cfg, model, resolved, bf16)
+        return CpuBackend(cfg, model, resolved)
+    except ValueError as exc:
+        raise SetupError(str(exc)) from exc
+
+
+def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
+    """The resolved table with global names and shapes, gathered over pipeline stages."""
+    from megatron.core import parallel_state
+
+    from patches.table import build_table, global_parameters
+
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    offset = parallel_state.get_pipeline_model_parallel_rank() * cfg.model.num_layers // pp
+    rows = global_parameters(model, parallel_state.get_tensor_model_parallel_world_size(), offset)
+    if pp > 1:
+        gathered: list = [None] * pp
+        dist.all_gather_object(gathered, rows, group=parallel_state.get_pipeline_model_parallel_group())
+        rows = sorted({r[0]: r for part in gathered for r in part}.values())
+    return build_table(resolved, rows)
+
+
+def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict) -> None:
+    from patches.table import table_differences
+
+    diffs = table_differences(common["parametrization"], table)
+    if diffs:
+        raise SetupError(
+            f"{ckpt}: the resolved parametrization differs from the checkpoint's; refusing to resume:\n  "
+            + "\n  ".join(diffs[:20])
+        )
+    diffs = config_differences(common["config"], config_dict)
+    if diffs:
+        raise SetupError(
+            f"{ckpt}: the config differs from the checkpoint's; refusing to resume:\n  " + "\n  ".join(diffs)
+        )
