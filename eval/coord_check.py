@@ -86,8 +86,13 @@ def measure(
     batch_size: int = 8,
     seed: int = 0,
     lr: float | None = None,
+    fixed_batch: bool = False,
 ) -> list[CoordRecord]:
-    """Records at step 0..steps for one shape (needs an initialized megatron parallel state)."""
+    """Records at step 0..steps for one shape (needs an initialized megatron parallel state).
+
+    ``fixed_batch``: every step trains on the measured batch itself (full-batch gradient
+    descent on it, the setting of NTK/dNTK theory) instead of fresh random tokens.
+    """
     import torch
 
     from training.model import build_model, resolve
@@ -99,7 +104,8 @@ def measure(
     vocab = run.model.vocab_size or 256
     seq = run.model.seq_length
     data_gen = torch.Generator().manual_seed(10_000 + seed)  # same tokens for every shape
-    fixed = torch.randint(0, vocab, (batch_size, seq), generator=data_gen)
+    fixed_seq = torch.randint(0, vocab, (batch_size, seq + (1 if fixed_batch else 0)), generator=data_gen)
+    fixed = fixed_seq[:, :seq]
     torch.manual_seed(seed)
     resolved = resolve(run)
     model = build_model(run, vocab, resolved=resolved)
@@ -127,7 +133,7 @@ def measure(
     records = [record]
     positions = torch.arange(seq).unsqueeze(0).expand(batch_size, seq)
     for step in range(1, steps + 1):
-        tokens = torch.randint(0, vocab, (batch_size, seq + 1), generator=data_gen)
+        tokens = fixed_seq if fixed_batch else torch.randint(0, vocab, (batch_size, seq + 1), generator=data_gen)
         loss = model(tokens[:, :-1], positions, None, labels=tokens[:, 1:]).float().mean()
         optimizer.zero_grad()
         loss.backward()
@@ -250,6 +256,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.25,
         help="fail (exit 1) when |slope of log2 RMS vs log2 depth| exceeds this for any metric",
     )
+    parser.add_argument(
+        "--yaida-s", type=float, nargs="+", default=None, metavar="S",
+        help="check Yaida's family instead (eval/coord_check_yaida.py): feature change vs --widths at the "
+        "first --depths, per s; exits 1 when a slope is off -(1-s) by more than --max-slope-error",
+    )  # fmt: skip
+    parser.add_argument("--seeds", type=int, default=2, help="--yaida-s: seeds averaged per width")
+    parser.add_argument("--max-slope-error", type=float, default=0.15, help="--yaida-s: tolerance on each slope")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
 
 
@@ -259,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.yaida_s is not None:
+        return _run_yaida(cfg, args)
     results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
     worst = max(abs(v) for s in results["slopes"].values() for v in s.values())
     results["max_slope"] = args.max_slope
@@ -274,6 +289,39 @@ def run(args: argparse.Namespace) -> int:
         plot(results, out / "coord_check.png", f"coordinate check: {cfg.parametrization.preset}")
         print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
     print(("PASS" if results["passed"] else "FAIL") + f": max |slope| {worst:.3f} (threshold {args.max_slope})")
+    return 0 if results["passed"] else 1
+
+
+def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> int:
+    from eval.coord_check_yaida import plot_yaida, run_yaida_check
+
+    bad = [s for s in args.yaida_s if not 0.0 <= s <= 1.0]
+    if bad or not args.widths or len(args.widths) < 2 or args.seeds < 1:
+        why = f"--yaida-s: {bad} outside [0, 1]" if bad else "--widths: give at least two widths (--seeds >= 1)"
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    try:
+        results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
+    except ValueError as exc:  # e.g. optimizer adamw: the family has no Adam rule
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    worst = max(abs(r["slope"] - r["expected_slope"]) for r in results["s_axis"])
+    results["max_slope_error"] = args.max_slope_error
+    results["passed"] = bool(worst <= args.max_slope_error)
+    for r in results["s_axis"]:
+        print(
+            f"s={r['s']:g}: slope of feature change vs width {r['slope']:+.3f} (theory {r['expected_slope']:+.3f}); "
+            f"change {', '.join(f'{v:.3g}' for v in r['feature_change'])} at n={r['widths']}"
+        )
+    if args.out:
+        out = Path(args.out)
+        write_json(out / "coord_check.json", results)
+        plot_yaida(results, out / "coord_check.png", args.max_slope_error)
+        print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
+    print(
+        ("PASS" if results["passed"] else "FAIL")
+        + f": max |slope - theory| {worst:.3f} (tolerance {args.max_slope_error})"
+    )
     return 0 if results["passed"] else 1
 
 

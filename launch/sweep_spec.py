@@ -89,6 +89,52 @@ def grid_values(key: str, raw: Any, where: str) -> list[Any]:
     return list(raw)
 
 
+# A grid entry whose key names several settings ("model.hidden_size,model.num_layers") is one
+# axis of linked values: a list of rows, one value per key, or a generator below.
+LINKED_KEY_SEPARATOR = ","
+SHAPE_KEYS = ("model.hidden_size", "model.num_layers")
+
+
+def linked_rows(keys: tuple[str, ...], raw: Any, where: str) -> list[tuple[Any, ...]]:
+    """The rows of a linked grid entry: ``[[v1, v2], ...]`` or, for the shape keys,
+    ``{fixed_gamma: {s, base_hidden_size, base_num_layers, hidden_sizes}}``: for each width the
+    depth that keeps Yaida's gamma = L / n^(1-s) at the base shape's value (rounded)."""
+    entry = f"{where}: grid entry '{LINKED_KEY_SEPARATOR.join(keys)}'"
+    if isinstance(raw, Mapping):
+        if set(raw) != {"fixed_gamma"}:
+            raise LaunchError(f"{entry}: a mapping must be {{fixed_gamma: {{...}}}}, got keys {sorted(raw)}")
+        if set(keys) != set(SHAPE_KEYS):
+            raise LaunchError(f"{entry}: fixed_gamma links exactly {', '.join(SHAPE_KEYS)}")
+        return [tuple(row[k] for k in keys) for row in fixed_gamma_shapes(raw["fixed_gamma"], entry)]
+    if not isinstance(raw, list) or not raw:
+        raise LaunchError(f"{entry}: must be a non-empty list of rows [{', '.join(keys)}] or {{fixed_gamma: ...}}")
+    rows = []
+    for i, row in enumerate(raw):
+        if not isinstance(row, list) or len(row) != len(keys):
+            raise LaunchError(f"{entry}: row {i} must list {len(keys)} values ({', '.join(keys)}), got {row!r}")
+        rows.append(tuple(row))
+    return rows
+
+
+def fixed_gamma_shapes(options: Any, where: str) -> list[dict[str, int]]:
+    """``{model.hidden_size: n, model.num_layers: L}`` per width at fixed gamma (see linked_rows)."""
+    from patches.rules import depth_at_fixed_scale
+
+    required = {"s", "base_hidden_size", "base_num_layers", "hidden_sizes"}
+    if not isinstance(options, Mapping) or set(options) != required:
+        got = sorted(options) if isinstance(options, Mapping) else options
+        raise LaunchError(f"{where}: fixed_gamma needs exactly the keys {sorted(required)}, got {got!r}")
+    s, n0, l0, widths = (options[k] for k in ("s", "base_hidden_size", "base_num_layers", "hidden_sizes"))
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s <= 1.0:
+        raise LaunchError(f"{where}: fixed_gamma.s: must be in [0, 1], got {s!r}")
+    for name, value in (("base_hidden_size", n0), ("base_num_layers", l0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LaunchError(f"{where}: fixed_gamma.{name}: must be a positive integer, got {value!r}")
+    if not isinstance(widths, list) or not widths or not all(isinstance(w, int) and w > 0 for w in widths):
+        raise LaunchError(f"{where}: fixed_gamma.hidden_sizes: must be a list of positive integers, got {widths!r}")
+    return [{SHAPE_KEYS[0]: n, SHAPE_KEYS[1]: depth_at_fixed_scale(n, float(s), n0, l0)} for n in widths]
+
+
 def _describe(point: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={v!r}" for k, v in point.items()) + "}"
 
@@ -124,7 +170,13 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     if not base.is_file():
         raise LaunchError(f"{where}: base_config {spec.base_config!r} not found (looked for {base})")
     raw_fixed = flatten(dict(spec.overrides))
-    _check_keys(where, raw_fixed, spec.grid, spec.allow_grid_keys)
+    member_keys: dict[str, None] = {}
+    for key in spec.grid:
+        for k in (k.strip() for k in key.split(LINKED_KEY_SEPARATOR)):
+            if k in member_keys:
+                raise LaunchError(f"{where}: grid key '{k}' appears in two grid entries; keep one")
+            member_keys[k] = None
+    _check_keys(where, raw_fixed, member_keys, spec.allow_grid_keys)
 
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
     base_flat = flat_config(load_run_config(base, fixed_args, where=f"{where}: overrides: "))
@@ -134,17 +186,29 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     fixed = {key: base_flat[key] for key in raw_fixed}
     fixed_args = [format_override(k, v) for k, v in fixed.items()]
 
-    grid: dict[str, list[Any]] = {}
+    axes: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = []  # linked keys -> rows of values
     for key, raw in spec.grid.items():
-        values = []
-        for value in grid_values(key, raw, where):
-            typed = _typed_value(base, fixed_args, key, value, f"{where}: grid entry '{key}' value {value!r}: ")
-            if typed in values:
-                raise LaunchError(f"{where}: grid entry '{key}' lists the value {typed!r} twice")
-            values.append(typed)
-        grid[key] = values
+        keys = tuple(k.strip() for k in key.split(LINKED_KEY_SEPARATOR))
+        rows: list[tuple[Any, ...]] = []
+        raw_rows = linked_rows(keys, raw, where) if len(keys) > 1 else [(v,) for v in grid_values(key, raw, where)]
+        for raw_row in raw_rows:
+            row = tuple(
+                _typed_value(base, fixed_args, k, v, f"{where}: grid entry '{key}' value {v!r}: ")
+                for k, v in zip(keys, raw_row)
+            )
+            if row in rows:
+                shown = row[0] if len(keys) == 1 else list(row)
+                raise LaunchError(f"{where}: grid entry '{key}' lists the value {shown!r} twice")
+            rows.append(row)
+        axes.append((keys, rows))
+    # The values each key takes (for a linked entry, its column of rows).
+    grid: dict[str, list[Any]] = {k: list(dict.fromkeys(row[i] for row in rows)) for keys, rows in axes
+                                  for i, k in enumerate(keys)}  # fmt: skip
 
-    points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    points = [
+        {k: v for (keys, _), row in zip(axes, combo) for k, v in zip(keys, row)}
+        for combo in itertools.product(*(rows for _, rows in axes))
+    ]
     if len(points) > 50:
         print(f"[launch] validating {len(points)} grid points", file=sys.stderr)
     runs: list[PlannedRun] = []

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from patches.presets import PRESETS, WIDTH_RULES, canonical_preset
+from patches.presets import PRESETS, WIDTH_RULE_NAMES, canonical_preset
 
 
 def _positive(name: str, value: Optional[float]) -> None:
@@ -27,7 +27,8 @@ class Parametrization:
     """
 
     preset: str = "sp"
-    width: Optional[str] = None  # "sp" | "mup"; None -> the preset's default
+    width: Optional[str] = None  # "sp" | "mup" | "yaida"; None -> the preset's default
+    yaida_s: Optional[float] = None  # Yaida's metaparameter s in [0, 1]; only with width "yaida"
     alpha: Optional[float] = None  # only with preset "custom"
     gamma: Optional[float] = None  # only with preset "custom"
     base_num_layers: Optional[int] = None
@@ -42,8 +43,17 @@ class Parametrization:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", canonical_preset(self.preset))
-        if self.width is not None and self.width not in WIDTH_RULES:
-            raise ValueError(f"parametrization.width: must be one of {list(WIDTH_RULES)}, got {self.width!r}")
+        if self.width is not None and self.width not in WIDTH_RULE_NAMES:
+            raise ValueError(f"parametrization.width: must be one of {list(WIDTH_RULE_NAMES)}, got {self.width!r}")
+        if self.resolved_width == "yaida":
+            s = self.yaida_s
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and 0.0 <= s <= 1.0):
+                raise ValueError(f"parametrization.yaida_s: width 'yaida' needs s in [0, 1], got {s!r}")
+            object.__setattr__(self, "yaida_s", float(s))
+        elif self.yaida_s is not None:
+            raise ValueError(
+                f"parametrization.yaida_s: applies to width 'yaida' only (width is {self.resolved_width!r})"
+            )
         if self.preset == "custom":
             for key in ("alpha", "gamma"):
                 value = getattr(self, key)

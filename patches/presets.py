@@ -32,7 +32,8 @@ PRESETS: dict[str, Preset] = {
 
 ALIASES: dict[str, str] = {"completep": "ode"}
 
-WIDTH_RULES = ("sp", "mup")
+# Width rule names; their tables are patches.rules.WIDTH_RULES (a test keeps the two in step).
+WIDTH_RULE_NAMES = ("sp", "mup", "yaida")
 
 
 def canonical_preset(name: str) -> str:

@@ -64,6 +64,8 @@ def build_table(resolved: ResolvedParametrization, parameters: Iterable[tuple[st
     return {
         "preset": resolved.preset,
         "width": resolved.width,
+        "yaida_s": resolved.yaida_s,
+        "emergent_scale": resolved.emergent_scale,  # Yaida's gamma = L / n^(1-s) and L / n (width yaida)
         "alpha": resolved.alpha,
         "gamma": resolved.gamma,
         "num_layers": resolved.shape.num_layers,
@@ -139,8 +141,14 @@ def format_table(table: dict[str, Any]) -> str:
         f"embedding multiplier {table['embedding_multiplier']:.6g}",
         f"  optimizer {table['optimizer']} ({table['optimizer_family']} rules), sigma={table['init_method_std']:g}, "
         f"scale_epsilon={table['scale_epsilon']}, independent_weight_decay={table['independent_weight_decay']}",
-        "",
     ]
+    scale = table.get("emergent_scale")
+    if scale:
+        head.append(
+            f"  Yaida s={scale['s']:g}: emergent scale gamma = L/n^(1-s) = {scale['gamma']:.6g}, "
+            f"L/n = {scale['L_over_n']:.6g}"
+        )
+    head.append("")
     cols = ("name", "role", "shape", "init_std", "multiplier", "lr_factor", "wd_factor", "eps")
     body = [[_cell(row[c]) for c in cols] for row in table["params"]]
     widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(cols)]

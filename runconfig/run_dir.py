@@ -122,6 +122,8 @@ class RunSummary:
     seed: Optional[int] = None
     base_num_layers: Optional[int] = None
     optimizer: Optional[str] = None
+    width: Optional[str] = None  # the width rule (sp | mup | yaida)
+    emergent_scale: Optional[dict[str, float]] = None  # width yaida: {s, gamma = L/n^(1-s), L_over_n}
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # keys a newer writer added
 
     @property

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from patches.rules import OPTIMIZER_FAMILIES, refusal
+
 if TYPE_CHECKING:
     from runconfig.schema import RunConfig
 
@@ -37,6 +39,9 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
         )
     if cfg.data.mock and m.vocab_size is None:
         raise ValueError("model.vocab_size: required when data.mock is true")
+    refused = refusal(cfg.parametrization.resolved_width, OPTIMIZER_FAMILIES[cfg.optimizer.name])
+    if refused:
+        raise ValueError(refused)
 
     device = device or (par.device if par.device in DEVICES else None)
     if device == "cpu":

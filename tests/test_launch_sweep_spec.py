@@ -162,3 +162,42 @@ def test_trainer_command_precedence(monkeypatch):
     assert trainer_command(None) == [sys.executable, str(TRAIN_GPT)]  # then train_gpt.py
     with pytest.raises(LaunchError, match="empty command"):
         trainer_command("   ")
+
+
+def test_linked_grid_entry_fixed_gamma_shapes():
+    """configs/sweeps/yaida_fixed_gamma.yaml: one axis of (width, depth) rows at fixed
+    gamma = L / n^(1-s) (s=1/2: 64x2, 256x4, 1024x8) crossed with 3 LRs, not 3x3x3 shapes."""
+    spec_path = TINY_SPEC.parent / "yaida_fixed_gamma.yaml"
+    plan = expand(spec_path, load_spec(spec_path))
+    shapes = sorted({(r.point["model.hidden_size"], r.point["model.num_layers"]) for r in plan.runs})
+    assert shapes == [(64, 2), (256, 4), (1024, 8)]
+    assert len(plan.runs) == 9
+    assert plan.grid["model.num_layers"] == [2, 4, 8]
+    gammas = {r.point["model.num_layers"] / r.point["model.hidden_size"] ** 0.5 for r in plan.runs}
+    assert max(gammas) == pytest.approx(min(gammas))
+
+
+def test_linked_grid_entry_rows_and_errors(tmp_path):
+    spec = derived_spec(
+        tmp_path, grid={"model.hidden_size,model.num_layers": [[64, 2], [128, 4]], "optimizer.lr": [1e-3]}
+    )
+    plan = expand(spec, load_spec(spec))
+    assert [(r.point["model.hidden_size"], r.point["model.num_layers"]) for r in plan.runs] == [(64, 2), (128, 4)]
+    bad = {
+        "row 1 must list 2 values": {"model.hidden_size,model.num_layers": [[64, 2], [128]]},
+        "appears in two grid entries": {"model.hidden_size,model.num_layers": [[64, 2]], "model.num_layers": [2]},
+        "fixed_gamma.s: must be in": {
+            "model.hidden_size,model.num_layers": {
+                "fixed_gamma": {"s": 2, "base_hidden_size": 64, "base_num_layers": 2, "hidden_sizes": [64]}
+            }
+        },
+        "fixed_gamma links exactly": {
+            "model.hidden_size,optimizer.lr": {
+                "fixed_gamma": {"s": 0.5, "base_hidden_size": 64, "base_num_layers": 2, "hidden_sizes": [64]}
+            }
+        },
+    }
+    for i, (message, grid) in enumerate(bad.items()):
+        with pytest.raises(LaunchError, match=message):
+            path = derived_spec(tmp_path, name=f"bad{i}.yaml", grid=grid)
+            expand(path, load_spec(path))

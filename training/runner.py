@@ -297,6 +297,8 @@ class Trainer:
                 seed=cfg.run.seed,
                 base_num_layers=s.resolved.base_num_layers if s is not None else cfg.parametrization.base_num_layers,
                 optimizer=cfg.optimizer.name,
+                width=cfg.parametrization.resolved_width,
+                emergent_scale=s.resolved.emergent_scale if s is not None else None,
             ),
         )
 
