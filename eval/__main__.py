@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "transfer": "eval.transfer_cmd",
     "coord-check": "eval.coord_check",
     "diversity": "eval.diversity_cmd",
+    "dynamics": "eval.dynamics_cmd",
 }
 
 

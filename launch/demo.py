@@ -59,7 +59,7 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
         "data": {"manifest": str(manifest_dir)},
         "run": {"dir": "unused", "seed": 0},
         "checkpoint": {"final": False, "interval": max(50, s.steps // 4)},
-        "logging": {"interval": 20, "progress_bar": False},
+        "logging": {"interval": 20, "progress_bar": False, "diagnostics_interval": s.diagnostics_interval},
         "parallel": {"device": "cpu"},
     }
 
@@ -392,6 +392,15 @@ def run_demo(
     failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""
     _log(f"eval transfer: {len(outputs.analysis.notes)} notes in {report_dir / 'report.md'}{failed}")
     transfer = {"headline": headline_rows(outputs.analysis)}
+    if s.diagnostics_interval:
+        from eval.dynamics import DynamicsError
+        from eval.dynamics_cmd import write_dynamics
+
+        try:  # the same call as `python -m eval dynamics SWEEP --out REPORT`
+            dynamics = write_dynamics([sweep_dir], report_dir)
+            _log(f"eval dynamics: {report_dir / 'dynamics.md'} ({len(dynamics['runs'])} runs at each depth's best LR)")
+        except DynamicsError as exc:
+            _log(f"eval dynamics: {exc}")
     minutes = (time.time() - t0) / 60
     h = headline(transfer, sweep, s)
     h["wall_minutes"] = minutes

@@ -44,6 +44,8 @@ class Study:
     # optional: name -> run-config overrides (dotted keys); every preset is studied under each
     # variant, with its own shared base depth. Default: one unnamed variant, no overrides.
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
+    # optional: logging.diagnostics_interval of every run (0: off); > 0 adds eval dynamics to the report
+    diagnostics_interval: int = 0
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -52,7 +54,7 @@ class Study:
 
 
 _TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
-OPTIONAL = ("variants",)
+OPTIONAL = ("variants", "diagnostics_interval")
 # Keys a variant may not set: the planner sweeps them, or the shared run shape fixes them.
 _PLANNED_KEYS = ("model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed", "run.dir")
 
@@ -92,7 +94,8 @@ def load_study(name_or_path: str, **overrides: Any) -> Study:
             if "variants" in raw:
                 values["variants"] = _variants(path, raw["variants"])
             continue
-        values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
+        if f.name in raw:
+            values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
     _check(path, study)
     return study
@@ -157,6 +160,8 @@ def _check(path: Path, s: Study) -> None:
     ):
         if getattr(s, key) < 1:
             raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
+    if s.diagnostics_interval < 0:
+        raise LaunchError(f"{path}: diagnostics_interval: must be >= 0, got {s.diagnostics_interval}")
     if s.max_widen < 0 or s.step_log2 <= 0:
         raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0")
     if not 0 <= s.warmup < s.steps:

@@ -12,6 +12,7 @@ from typing import Any
 CONFIG_FILE = "config.yaml"
 PARAMETRIZATION_FILE = "parametrization.json"
 METRICS_FILE = "metrics.jsonl"
+DIAGNOSTICS_FILE = "diagnostics.jsonl"  # per-layer update and activation sizes (logging.diagnostics_interval)
 SUMMARY_FILE = "summary.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOCK_FILE = ".lock"

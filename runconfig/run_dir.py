@@ -19,6 +19,7 @@ from runconfig.atomic import atomic_write_text
 from runconfig.contract import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
+    DIAGNOSTICS_FILE,
     EXIT_PREEMPTED,
     FINAL_STATUSES,
     LOCK_FILE,
@@ -30,6 +31,7 @@ from runconfig.contract import (
 __all__ = [
     "CHECKPOINTS_DIR",
     "CONFIG_FILE",
+    "DIAGNOSTICS_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
     "PARAMETRIZATION_FILE",
@@ -42,9 +44,11 @@ __all__ = [
     "latest_checkpoint",
     "metrics_line",
     "number",
+    "read_diagnostics",
     "read_metrics",
     "read_summary",
     "step_dir_name",
+    "truncate_diagnostics",
     "truncate_metrics",
     "write_summary",
 ]
@@ -183,13 +187,9 @@ def metrics_line(row: dict[str, Any]) -> str:
     return json.dumps(json_safe(row)) + "\n"
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats.
-
-    Reading stops at the first line that is not JSON: a line cut by a hard kill, after which
-    nothing is reliable.
-    """
-    path = Path(run_dir) / METRICS_FILE
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON-object line; stops at the first that is not (a line cut by a hard
+    kill, after which nothing is reliable)."""
     if not path.is_file():
         return []
     rows = []
@@ -202,13 +202,20 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
             break
         if not isinstance(row, dict):
             break
+        rows.append(row)
+    return rows
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
+    rows = _read_rows(Path(run_dir) / METRICS_FILE)
+    for row in rows:
         for key in ("loss", "val_loss", "grad_norm"):
             if isinstance(row.get(key), str):
                 try:
                     row[key] = number(row[key])
                 except RunDirError:
                     pass
-        rows.append(row)
     return rows
 
 
@@ -216,6 +223,28 @@ def truncate_metrics(run_dir: Path, last_step: int) -> None:
     """Keep rows up to ``last_step`` (the restored checkpoint): no duplicates after a resume."""
     rows = [r for r in read_metrics(run_dir) if r.get("step", 0) <= last_step]
     atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(metrics_line(r) for r in rows))
+
+
+# ----------------------------------------------------------------------------- diagnostics.jsonl
+def read_diagnostics(run_dir: Path) -> list[dict[str, Any]]:
+    """``diagnostics.jsonl`` rows (docs/contracts.md), numbers as floats (``"nan"`` -> nan)."""
+    rows = _read_rows(Path(run_dir) / DIAGNOSTICS_FILE)
+    for row in rows:
+        for key in ("weight_rms", "update_rms", "update_ratio", "rms"):
+            if isinstance(row.get(key), str):
+                try:
+                    row[key] = number(row[key])
+                except RunDirError:
+                    pass
+    return rows
+
+
+def truncate_diagnostics(run_dir: Path, last_step: int) -> None:
+    """Keep rows up to ``last_step``, like :func:`truncate_metrics` (no file: nothing to do)."""
+    path = Path(run_dir) / DIAGNOSTICS_FILE
+    if path.is_file():
+        rows = [r for r in _read_rows(path) if r.get("step", 0) <= last_step]
+        atomic_write_text(path, "".join(metrics_line(r) for r in rows))
 
 
 # ----------------------------------------------------------------------------- checkpoints

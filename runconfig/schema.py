@@ -191,9 +191,11 @@ class LoggingConfig:
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: Optional[str] = None
+    diagnostics_interval: int = 0  # > 0: per-layer update/activation sizes every N steps (diagnostics.jsonl)
 
     def __post_init__(self) -> None:
         _at_least("logging.interval", self.interval, 1)
+        _at_least("logging.diagnostics_interval", self.diagnostics_interval, 0)
 
 
 @dataclass

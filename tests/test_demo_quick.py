@@ -84,6 +84,17 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     for name in ("report.md", "report.html", "transfer.csv"):
         assert (report / name).stat().st_size > 0, name
     assert list(report.glob("*.png")), "eval transfer wrote no figure"
+    # the study logs diagnostics every 10 steps: eval dynamics adds its figure and table
+    dynamics = json.loads((report / "dynamics.json").read_text())
+    assert (report / "dynamics.png").stat().st_size > 0 and "| sp | update_ratio |" in (
+        report / "dynamics.md"
+    ).read_text()
+    assert {e["quantity"] for e in dynamics["exponents"]} == {
+        "update_ratio",
+        "update_rms",
+        "branch_rms",
+        "residual_rms",
+    }
 
     second = _demo(out, timeout=300)
     assert second.returncode == 0, second.stderr[-4000:]

@@ -40,3 +40,11 @@ def test_tp2_matches_tp1():
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-5)
     assert two["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-4)
     assert one["losses"][-1] < one["losses"][0]  # the steps did something
+    # training.diagnostics: global names, and RMS over the whole tensor from the shards' sums
+    key = lambda r: (r["layer"] is not None, r["layer"] or 0, r.get("param") or r["kind"])  # noqa: E731
+    rows1, rows2 = sorted(one["diagnostics"], key=key), sorted(two["diagnostics"], key=key)
+    assert [key(r) for r in rows1] == [key(r) for r in rows2] and len(rows1) > 40
+    for a, b in zip(rows1, rows2):
+        for q in ("weight_rms", "update_rms", "update_ratio", "rms"):
+            if q in a:
+                assert b[q] == pytest.approx(a[q], rel=1e-4), (key(a), q)

@@ -165,17 +165,23 @@ def test_emergent_scale_reaches_the_table_and_summary(tmp_path):
     """A short yaida run records s, gamma = L/n^(1-s) and L/n in parametrization.json and
     summary.json; training.show prints them."""
     import json
+    import subprocess
+    import sys
 
-    from train_gpt import main
+    from tests.conftest import REPO
 
     run_dir = tmp_path / "run"
     args = [
+        sys.executable, "train_gpt.py",
         "--config", "configs/tiny_cpu.yaml", f"run.dir={run_dir}", "training.steps=2", "eval.at=[1.0]",
         "model.hidden_size=128", "model.num_layers=4", "parametrization.preset=sp", "parametrization.width=yaida",
         "parametrization.yaida_s=0.5", "parametrization.base_hidden_size=64", "optimizer.name=sgd",
         "optimizer.lr=0.01", "scheduler.warmup_steps=0", "logging.progress_bar=false",
     ]  # fmt: skip
-    assert main(args) == 0
+    out = subprocess.run(
+        args, cwd=REPO, capture_output=True, text=True, timeout=600
+    )  # own process: see test_diagnostics
+    assert out.returncode == 0, out.stderr[-3000:]
     expected = {"s": 0.5, "gamma": 4 / 128**0.5, "L_over_n": 4 / 128}
     table = json.loads((run_dir / "parametrization.json").read_text())
     assert table["width"] == "yaida" and table["yaida_s"] == 0.5

@@ -10,14 +10,16 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from runconfig.run_dir import METRICS_FILE, metrics_line
+from runconfig.run_dir import DIAGNOSTICS_FILE, METRICS_FILE, metrics_line
 
 
 class RunLog:
     """Appends metrics rows and mirrors them to TensorBoard / W&B when asked."""
 
     def __init__(self, run_dir: Path, tensorboard: bool, wandb: bool, wandb_project: Optional[str], config: dict):
+        self.run_dir = run_dir
         self.file = open(run_dir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
+        self.diagnostics = None  # diagnostics.jsonl, opened on its first rows
         self.tb = None
         self.wandb = None
         if tensorboard:
@@ -47,12 +49,35 @@ class RunLog:
         if self.wandb is not None:
             self.wandb.log({f"{prefix}/{k}": v for k, v in scalars.items()}, step=step)
 
+    def write_diagnostics(self, rows: list[dict[str, Any]]) -> None:
+        """Append ``diagnostics.jsonl`` rows (training.diagnostics); TensorBoard / W&B get one
+        scalar per row and quantity, named ``diag/<role or kind>/layer<l>/<quantity>``."""
+        if self.diagnostics is None:
+            self.diagnostics = open(self.run_dir / DIAGNOSTICS_FILE, "a", buffering=1)  # noqa: SIM115
+        self.diagnostics.write("".join(metrics_line(r) for r in rows))
+        if self.tb is None and self.wandb is None:
+            return
+        scalars: dict[str, float] = {}
+        for row in rows:
+            where = f"layer{row['layer']}" if row.get("layer") is not None else row.get("param", "model")
+            for key in ("weight_rms", "update_rms", "update_ratio", "rms"):
+                if isinstance(row.get(key), float):
+                    scalars[f"diag/{row.get('role') or row.get('kind')}/{where}/{key}"] = row[key]
+        step = rows[0]["step"] if rows else 0
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, step)
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+
     def sync(self) -> None:
         self.file.flush()
         os.fsync(self.file.fileno())
 
     def close(self) -> None:
         self.file.close()
+        if self.diagnostics is not None:
+            self.diagnostics.close()
         if self.tb is not None:
             self.tb.close()
         if self.wandb is not None:

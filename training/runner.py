@@ -167,11 +167,17 @@ class Trainer:
             for step in range(s.start_step, steps):
                 batches = micro_batches(s.data.train, s.plan, step)
                 lrs = group_lrs(s.backend.param_groups, s.resolved)
+                if s.diagnostics is not None:
+                    s.diagnostics.before_step(step + 1)
                 t0 = time.perf_counter()
                 result = s.backend.train_step(batches)
                 s.scheduler.step(1)
                 dt = time.perf_counter() - t0
                 done = step + 1
+                if s.diagnostics is not None:
+                    rows = s.diagnostics.after_step(done)
+                    if rows and s.runlog is not None:
+                        s.runlog.write_diagnostics(rows)
                 meter.add(dt)
                 reason = guard.check(result.loss, result.grad_norm, done)
 

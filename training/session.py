@@ -24,10 +24,12 @@ from runconfig import atomic_write_text, dump_yaml, flatten, to_dict
 from runconfig.run_dir import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
+    DIAGNOSTICS_FILE,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
     SUMMARY_FILE,
     latest_checkpoint,
+    truncate_diagnostics,
     truncate_metrics,
 )
 from runconfig.schema import RunConfig
@@ -67,6 +69,7 @@ class Session:
     evals: list[dict]  # {step, fraction, val_loss} so far (restored on resume)
     wall_offset: float  # wall seconds of earlier sessions of this run
     runlog: Optional[Any]  # training.metrics.RunLog on rank 0
+    diagnostics: Optional[Any] = None  # training.diagnostics.Diagnostics (logging.diagnostics_interval > 0)
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
@@ -166,6 +169,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     runlog = None
     if is_main:
         truncate_metrics(run_dir, start_step)
+        truncate_diagnostics(run_dir, start_step)
         (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
         atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
         atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
@@ -189,12 +193,42 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     return Session(
         cfg, run_dir, is_main, device, bf16, info, data, plan, eval_batches, vocab_size, padded_vocab,
         resolved, table, backend, scheduler, config_dict, start_step, evals, wall_offset, runlog,
+        make_diagnostics(cfg, backend.model, eval_batches, device),
     )  # fmt: skip
+
+
+PROBE_SEQUENCES = 2  # the probe forward costs ~1/3 of a step per sequence share: keep it small
+
+
+def make_diagnostics(cfg: RunConfig, model: torch.nn.Module, eval_batches: list, device: str) -> Any:
+    """The per-layer diagnostics part, or None when ``logging.diagnostics_interval`` is 0. The
+    probe batch is the first two sequences of the first held-out micro-batch (the same for
+    every run of a sweep)."""
+    if not cfg.logging.diagnostics_interval:
+        return None
+    from megatron.core import parallel_state
+
+    from training.diagnostics import Diagnostics
+
+    probe = None
+    if eval_batches:
+        target = next(model.parameters()).device
+        probe = {k: eval_batches[0][k][:PROBE_SEQUENCES].to(target) for k in ("tokens", "position_ids")}
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    return Diagnostics(
+        model,
+        cfg.logging.diagnostics_interval,
+        probe,
+        layer_offset=parallel_state.get_pipeline_model_parallel_rank() * cfg.model.num_layers // pp,
+        tp_group=parallel_state.get_tensor_model_parallel_group(),
+        pp_group=parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None,
+        sequence_parallel=cfg.parallel.sequence_parallel,
+    )
 
 
 def clear_run_dir(run_dir: Path) -> None:
     """``--force``: forget the run's checkpoints, metrics and summary (its config is rewritten)."""
-    for name in (CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE, "tensorboard"):
+    for name in (CHECKPOINTS_DIR, METRICS_FILE, DIAGNOSTICS_FILE, SUMMARY_FILE, "tensorboard"):
         path = run_dir / name
         if path.is_dir():
             shutil.rmtree(path)

@@ -20,6 +20,7 @@ def main() -> None:
 
     from runconfig import load_config
     from runconfig.schema import RunConfig
+    from training.diagnostics import Diagnostics
     from training.distributed import init_distributed, shutdown
     from training.model import build_model, resolve
     from training.optim import CpuOptimizer
@@ -50,17 +51,27 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1)
     losses, norms = [], []
     tokens = torch.randint(0, 128, (4, 33), generator=gen)  # one batch: the loss must fall
-    for _ in range(4):
-        positions = torch.arange(32).unsqueeze(0).expand(4, 32)
+    positions = torch.arange(32).unsqueeze(0).expand(4, 32)
+    probe = {"tokens": tokens[:, :-1], "position_ids": positions}
+    diagnostics = Diagnostics(model, 4, probe, tp_group=parallel_state.get_tensor_model_parallel_group())
+    rows = []
+    for step in range(1, 5):
         loss = model(tokens[:, :-1], positions, None, labels=tokens[:, 1:]).float().mean()
         opt.zero_grad()
         loss.backward()
         losses.append(loss.item())
+        diagnostics.before_step(step)
         norms.append(opt.step()[1])
+        rows += diagnostics.after_step(step)
     if info.rank == 0:
         print(
             json.dumps(
-                {"tp": parallel_state.get_tensor_model_parallel_world_size(), "losses": losses, "grad_norms": norms}
+                {
+                    "tp": parallel_state.get_tensor_model_parallel_world_size(),
+                    "losses": losses,
+                    "grad_norms": norms,
+                    "diagnostics": rows,
+                }
             )
         )
     shutdown()

@@ -1,0 +1,245 @@
+"""Training dynamics across depth from ``diagnostics.jsonl``: measured exponents against the
+ones the resolved parametrization predicts.
+
+Quantities, per run and logged step (means over a block's parameters of the role, or over
+the block for activations):
+
+* ``update_ratio``: RMS(update) / RMS(weight) of the hidden matrices (roles ``hidden_in``,
+  ``hidden_out``). TP-VI: ~ L^-gamma (Depth-muP: L^-1/2; SP: L^0).
+* ``update_rms``: RMS(update) of the hidden matrices.
+* ``branch_rms``: RMS of each block's attention and MLP branch outputs after the multiplier
+  on the probe batch (~ L^-1/2 at init under both Megatron's SP init and Depth-muP).
+* ``residual_rms``: RMS of the residual stream after each block (flat in depth when the
+  parametrization is right).
+
+Exponent of a quantity against depth: least squares of the per-depth mean of log q (over
+the runs' blocks and seeds) against log L; its 95% CI from a bootstrap that resamples the
+runs of each depth (seeds) and the blocks of each run (layers). Expected exponents come from
+each run's ``parametrization.json`` at initialization / the first steps: Adam's update per
+entry is its LR, so ``update_ratio`` ~ lr_factor / init_std of ``hidden_in``; SGD's update
+is LR x gradient, which carries the branch multiplier once more; a branch output is the
+multiplier x a ``hidden_out`` matrix at its init std; the stream is O(1) by construction.
+Later in training the measured exponents may leave these, which is what the check shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from runconfig.run_dir import PARAMETRIZATION_FILE, read_diagnostics, read_summary
+
+QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
+HIDDEN_ROLES = ("hidden_in", "hidden_out")
+
+
+class DynamicsError(ValueError):
+    """No usable diagnostics (the message names the directory or run)."""
+
+
+@dataclass
+class RunDynamics:
+    run_dir: Path
+    preset: str
+    num_layers: int
+    lr: float
+    seed: int
+    final_val_loss: Optional[float]
+    table: dict[str, Any]
+    steps: list[int]
+    per_layer: dict[str, dict[int, dict[int, float]]]  # quantity -> step -> layer -> value
+
+
+def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, float]]]:
+    acc: dict[str, dict[int, dict[int, list[float]]]] = {q: {} for q in QUANTITIES}
+
+    def add(q: str, step: int, layer: int, value: Any) -> None:
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            acc[q].setdefault(step, {}).setdefault(layer, []).append(float(value))
+
+    for r in rows:
+        layer = r.get("layer")
+        if layer is None:
+            continue
+        if r.get("role") in HIDDEN_ROLES:
+            add("update_ratio", r["step"], layer, r.get("update_ratio"))
+            add("update_rms", r["step"], layer, r.get("update_rms"))
+        elif r.get("kind") in ("attention_branch", "mlp_branch"):
+            add("branch_rms", r["step"], layer, r.get("rms"))
+        elif r.get("kind") == "residual":
+            add("residual_rms", r["step"], layer, r.get("rms"))
+    return {
+        q: {s: {layer: float(np.mean(v)) for layer, v in by_layer.items()} for s, by_layer in steps.items()}
+        for q, steps in acc.items()
+    }
+
+
+def load_run(run_dir: Path) -> Optional[RunDynamics]:
+    """A run's diagnostics and identity; None when it has no diagnostics rows."""
+    rows = read_diagnostics(run_dir)
+    if not rows:
+        return None
+    summary = read_summary(run_dir)
+    table_path = run_dir / PARAMETRIZATION_FILE
+    if summary is None or not table_path.is_file():
+        raise DynamicsError(f"{run_dir}: diagnostics without summary.json or {PARAMETRIZATION_FILE}")
+    table = json.loads(table_path.read_text())
+    return RunDynamics(
+        run_dir=run_dir,
+        preset=summary.preset or table["preset"],
+        num_layers=summary.num_layers or table["num_layers"],
+        lr=summary.lr or 0.0,
+        seed=summary.seed or 0,
+        final_val_loss=summary.final_val_loss,
+        table=table,
+        steps=sorted({r["step"] for r in rows}),
+        per_layer=_per_layer(rows),
+    )
+
+
+def find_runs(paths: list[Path]) -> list[RunDynamics]:
+    """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``)."""
+    runs = []
+    for path in paths:
+        if not path.is_dir():
+            raise DynamicsError(f"{path}: not a directory")
+        candidates = sorted((path / "runs").iterdir()) if (path / "runs").is_dir() else [path]
+        runs += [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
+    if not runs:
+        raise DynamicsError(
+            f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
+        )
+    return runs
+
+
+def select(runs: list[RunDynamics], lr: Optional[float] = None) -> list[RunDynamics]:
+    """Per (preset, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
+    seed-mean final validation loss."""
+    groups: dict[tuple[str, int], list[RunDynamics]] = {}
+    for r in runs:
+        groups.setdefault((r.preset, r.num_layers), []).append(r)
+    chosen = []
+    for members in groups.values():
+        by_lr: dict[float, list[RunDynamics]] = {}
+        for r in members:
+            by_lr.setdefault(r.lr, []).append(r)
+        if lr is not None:
+            best = min(by_lr, key=lambda x: abs(math.log2(x / lr)) if x > 0 else math.inf)
+        else:
+            scored = {x: np.mean([r.final_val_loss for r in rs if r.final_val_loss is not None] or [np.inf])
+                      for x, rs in by_lr.items()}  # fmt: skip
+            best = min(scored, key=lambda x: scored[x])
+        chosen += by_lr[best]
+    return sorted(chosen, key=lambda r: (r.preset, r.num_layers, r.seed))
+
+
+def _step_at(run: RunDynamics, fraction: float) -> int:
+    """The logged step nearest to ``fraction`` of the run's last logged step."""
+    target = fraction * run.steps[-1]
+    return min(run.steps, key=lambda s: abs(s - target))
+
+
+def expected_exponent(quantity: str, runs: list[RunDynamics]) -> Optional[float]:
+    """The exponent against depth the resolved tables predict (see the module docstring)."""
+    xs, ys = [], []
+    for r in runs:
+        t = r.table
+        roles = t["roles"]
+        if quantity in ("update_ratio", "update_rms"):
+            value = roles["hidden_in"]["lr_factor"]
+            if t.get("optimizer_family") == "sgd":
+                value *= t["branch_multiplier"]
+            if quantity == "update_ratio":
+                value /= roles["hidden_in"]["init_std"]
+        elif quantity == "branch_rms":
+            value = t["branch_multiplier"] * roles["hidden_out"]["init_std"]
+        else:
+            value = 1.0
+        xs.append(math.log(r.num_layers))
+        ys.append(math.log(value))
+    if len(set(xs)) < 2:
+        return None
+    return float(np.polyfit(xs, ys, 1)[0])
+
+
+def _fit(values: dict[int, list[np.ndarray]]) -> float:
+    depths = sorted(values)
+    means = [float(np.mean(np.concatenate(values[d]))) for d in depths]
+    return float(np.polyfit(np.log(depths), means, 1)[0])
+
+
+def exponent(
+    quantity: str, runs: list[RunDynamics], fraction: float, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """Measured exponent of ``quantity`` against depth at ``fraction`` of training, with CI."""
+    per_depth: dict[int, list[np.ndarray]] = {}
+    for r in runs:
+        layers = r.per_layer[quantity].get(_step_at(r, fraction), {})
+        if layers:
+            per_depth.setdefault(r.num_layers, []).append(np.log(np.array(list(layers.values()))))
+    out: dict[str, Any] = {"quantity": quantity, "fraction": fraction, "depths": sorted(per_depth)}
+    out["expected"] = expected_exponent(quantity, runs)
+    if len(per_depth) < 2:
+        out.update(value=None, ci=None, note="needs two depths with rows")
+        return out
+    out["value"] = _fit(per_depth)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        sample = {}
+        for d, run_values in per_depth.items():
+            picked = [run_values[i] for i in rng.integers(0, len(run_values), len(run_values))]
+            sample[d] = [v[rng.integers(0, len(v), len(v))] for v in picked]
+        boots.append(_fit(sample))
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    out["ci"] = [float(lo), float(hi)]
+    out["runs_per_depth"] = {str(d): len(v) for d, v in per_depth.items()}
+    return out
+
+
+def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000) -> dict[str, Any]:
+    """Exponents per preset, quantity and fraction; the per-step series (mean over blocks and
+    seeds) per preset and depth for the figures."""
+    presets = sorted({r.preset for r in runs})
+    result: dict[str, Any] = {"presets": presets, "fractions": fractions, "exponents": [], "series": {}}
+    for preset in presets:
+        mine = [r for r in runs if r.preset == preset]
+        for quantity in QUANTITIES:
+            for fraction in fractions:
+                result["exponents"].append({"preset": preset, **exponent(quantity, mine, fraction, n_boot)})
+        series: dict[str, dict[str, dict[str, list]]] = {}
+        for depth in sorted({r.num_layers for r in mine}):
+            at_depth = [r for r in mine if r.num_layers == depth]
+            for quantity in QUANTITIES:
+                steps = sorted({s for r in at_depth for s in r.per_layer[quantity]})
+                ys = [float(np.exp(np.mean([np.log(v) for r in at_depth
+                                             for v in r.per_layer[quantity].get(s, {}).values()])))
+                      for s in steps]  # fmt: skip
+                series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys}
+        result["series"][preset] = series
+    result["runs"] = [
+        {"run_dir": str(r.run_dir), "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr, "seed": r.seed}
+        for r in runs
+    ]
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The exponent table: measured [95% CI] next to expected, per preset, quantity, fraction."""
+    lines = [
+        "| preset | quantity | fraction | exponent vs depth [95% CI] | expected (init / first steps) | depths |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in result["exponents"]:
+        measured = "-" if e["value"] is None else f"{e['value']:+.3f} [{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]"
+        expected = "-" if e["expected"] is None else f"{e['expected']:+.3f}"
+        lines.append(
+            f"| {e['preset']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
+            f"{', '.join(map(str, e['depths']))} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,56 @@
+"""``python -m eval dynamics SWEEP_DIR|RUN_DIR ...``: per-layer update and activation sizes
+(``diagnostics.jsonl``) against depth and training step, with fitted exponents and their
+CIs next to the expected ones (:mod:`eval.dynamics`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from eval.dynamics import DynamicsError, analyse, find_runs, markdown, select
+from eval.dynamics_plots import plot
+from eval.outputs import atomic_write_bytes, write_json
+
+HELP = "update/weight and activation RMS per layer against depth and step, exponents with CIs (diagnostics.jsonl)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", help="sweep directories (runs/ inside) or run directories")
+    parser.add_argument("--out", required=True, help="directory for dynamics.json, dynamics.md, dynamics.{png,pdf}")
+    parser.add_argument("--lr", type=float, default=None, help="use the runs at this LR (default: each depth's best)")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.5, 1.0],
+                        help="fractions of training at which to fit exponents")  # fmt: skip
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--no-figures", action="store_true")
+
+
+def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fractions: tuple[float, ...] = (0.1, 0.5, 1.0),
+                   n_boot: int = 1000, figures: bool = True) -> dict[str, Any]:  # fmt: skip
+    """The Python API (the demo calls it): analyse and write every output; DynamicsError on bad input."""
+    for f in fractions:
+        if not 0.0 < f <= 1.0:
+            raise DynamicsError(f"--fractions: {f:g} is outside (0, 1]")
+    runs = select(find_runs(paths), lr)
+    result = analyse(runs, list(fractions), n_boot)
+    result["files"] = ["dynamics.json", "dynamics.md"]
+    if figures:
+        result["files"] += [p.name for p in plot(result, out / "dynamics")]
+    table = markdown(result)
+    atomic_write_bytes(out / "dynamics.md", ("# Training dynamics across depth\n\n" + table).encode())
+    write_json(out / "dynamics.json", result)
+    result["markdown"] = table
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = write_dynamics([Path(p) for p in args.paths], Path(args.out), args.lr, tuple(args.fractions),
+                                args.bootstrap, not args.no_figures)  # fmt: skip
+    except DynamicsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result["markdown"], end="")
+    print(f"wrote {', '.join(str(Path(args.out) / f) for f in result['files'])}")
+    return 0

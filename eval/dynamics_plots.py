@@ -1,0 +1,70 @@
+"""The figure of ``eval dynamics``: each quantity against training step, one curve per depth
+(a row per preset), and the measured exponents against depth next to the expected ones."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from eval.dynamics import QUANTITIES
+from eval.outputs import atomic_write_bytes
+
+LABELS = {
+    "update_ratio": "RMS(update)/RMS(weight), hidden matrices",
+    "update_rms": "RMS(update), hidden matrices",
+    "branch_rms": "RMS(branch output x multiplier)",
+    "residual_rms": "RMS(residual stream)",
+}
+
+
+def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    presets = result["presets"]
+    fig, axes = plt.subplots(len(presets) + 1, len(QUANTITIES), figsize=(4.2 * len(QUANTITIES), 3.4 * (len(presets) + 1)),
+                             squeeze=False)  # fmt: skip
+    for row, preset in zip(axes, presets):
+        series = result["series"][preset]
+        depths = sorted(series[QUANTITIES[0]], key=int)
+        colors = plt.cm.plasma(np.linspace(0.0, 0.85, max(len(depths), 1)))
+        for ax, quantity in zip(row, QUANTITIES):
+            for depth, color in zip(depths, colors):
+                s = series[quantity][depth]
+                if s["steps"]:
+                    ax.plot(s["steps"], s["values"], color=color, label=f"L={depth}")
+            ax.set_yscale("log")
+            ax.set_title(f"{preset}: {LABELS[quantity]}", fontsize=8)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3, which="both")
+        row[0].legend(fontsize=7)
+    bottom = axes[-1]
+    for ax, quantity in zip(bottom, QUANTITIES):
+        for i, preset in enumerate(presets):
+            rows = [e for e in result["exponents"] if e["preset"] == preset and e["quantity"] == quantity]
+            xs = [e["fraction"] + 0.02 * i for e in rows if e["value"] is not None]
+            ys = [e["value"] for e in rows if e["value"] is not None]
+            err = [[e["value"] - e["ci"][0] for e in rows if e["value"] is not None],
+                   [e["ci"][1] - e["value"] for e in rows if e["value"] is not None]]  # fmt: skip
+            ax.errorbar(xs, ys, yerr=err, fmt="o", color=f"C{i}", capsize=3, label=f"{preset} measured")
+            expected = [e["expected"] for e in rows if e["expected"] is not None]
+            if expected:
+                ax.axhline(expected[0], color=f"C{i}", ls="--", lw=1, label=f"{preset} expected {expected[0]:+.2f}")
+        ax.set_title(f"exponent vs depth: {quantity}", fontsize=8)
+        ax.set_xlabel("fraction of training")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    written = []
+    for ext in ("png", "pdf"):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=dpi)
+        path = stem.with_suffix(f".{ext}")
+        atomic_write_bytes(path, buf.getvalue())
+        written.append(path)
+    plt.close(fig)
+    return written

@@ -1,0 +1,78 @@
+"""eval dynamics on planted diagnostics: known exponents against depth are recovered (with
+CIs of a plausible width around them), expected exponents come from the resolved tables,
+each depth's best LR is the one analysed, bad input is named."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from patches import ModelShape, Parametrization
+from patches.rules import ROLES, resolve
+
+
+def _table(preset: str, L: int) -> dict:
+    r = resolve(Parametrization(preset=preset, base_num_layers=2, base_hidden_size=64), ModelShape(L, 64, 4))
+    return {
+        "preset": preset, "num_layers": L, "branch_multiplier": r.branch_multiplier, "optimizer_family": r.family,
+        "roles": {role: {"lr_factor": r.roles[role].lr_factor, "init_std": r.roles[role].init_std} for role in ROLES},
+    }  # fmt: skip
+
+
+def _planted_run(root: Path, preset: str, L: int, seed: int, lr: float, loss: float, k: float, rng) -> None:
+    """update_ratio = 0.01 * L^k and branch_rms = 0.1 * L^-1/2 (x 5% noise per layer), residual 1."""
+    rd = root / "runs" / f"{preset}-L{L}-s{seed}-lr{lr}"
+    rd.mkdir(parents=True)
+    rows = []
+    for step in (10, 20, 30, 40):
+        for layer in range(L):
+            noise = math.exp(rng.normal(0, 0.05))
+            for role in ("hidden_in", "hidden_out"):
+                rows.append({"step": step, "layer": layer, "role": role, "param": f"decoder.layers.{layer}.{role}",
+                             "weight_rms": 1.0, "update_rms": 0.01 * L**k * noise, "update_ratio": 0.01 * L**k * noise})  # fmt: skip
+            rows.append({"step": step, "layer": layer, "kind": "residual", "rms": 1.0 * noise})
+            for kind in ("attention_branch", "mlp_branch"):
+                rows.append({"step": step, "layer": layer, "kind": kind, "rms": 0.1 * L**-0.5 * noise})
+        rows.append({"step": step, "layer": None, "role": "embedding", "param": "embedding.word_embeddings.weight",
+                     "weight_rms": 0.02, "update_rms": 1e-3, "update_ratio": 0.05})  # fmt: skip
+    (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "parametrization.json").write_text(json.dumps(_table(preset, L)))
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": lr, "seed": seed, "final_val_loss": loss}
+    (rd / "summary.json").write_text(json.dumps(summary))
+
+
+def test_planted_exponents_are_recovered(tmp_path):
+    from eval.dynamics_cmd import write_dynamics
+
+    rng = np.random.default_rng(0)
+    for preset, k in (("depth_mup", -0.5), ("sp", 0.0)):
+        for L in (2, 4, 8, 16):
+            for seed in range(3):
+                _planted_run(tmp_path, preset, L, seed, 0.01, 3.0, k, rng)
+                _planted_run(tmp_path, preset, L, seed, 0.04, 3.5, 1.0, rng)  # worse LR: never selected
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(0.5, 1.0), n_boot=300)
+    got = {(e["preset"], e["quantity"], e["fraction"]): e for e in result["exponents"]}
+    for preset, k in (("depth_mup", -0.5), ("sp", 0.0)):
+        for fraction in (0.5, 1.0):
+            e = got[(preset, "update_ratio", fraction)]
+            assert e["value"] == pytest.approx(k, abs=0.05), e  # 5% noise per layer and step
+            assert e["ci"][0] <= e["value"] <= e["ci"][1] and 0.005 < e["ci"][1] - e["ci"][0] < 0.15, e
+            assert e["expected"] == pytest.approx(k, abs=1e-9)  # Adam: lr_factor / init_std from the tables
+            b = got[(preset, "branch_rms", fraction)]
+            assert b["value"] == pytest.approx(-0.5, abs=0.05) and b["expected"] == pytest.approx(-0.5, abs=1e-9)
+            assert got[(preset, "residual_rms", fraction)]["expected"] == 0.0
+    assert {r["lr"] for r in result["runs"]} == {0.01}  # each depth's best LR by seed-mean loss
+    assert (tmp_path / "out" / "dynamics.png").is_file() and "| depth_mup | update_ratio |" in result["markdown"]
+    chosen = write_dynamics([tmp_path], tmp_path / "out2", lr=0.04, fractions=(1.0,), n_boot=50, figures=False)
+    assert {r["lr"] for r in chosen["runs"]} == {0.04}
+
+
+def test_no_diagnostics_is_a_named_error(tmp_path):
+    from eval.__main__ import main
+
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o")]) == 2

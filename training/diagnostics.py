@@ -1,0 +1,188 @@
+"""Per-layer, per-role update and activation sizes during real training (``diagnostics.jsonl``).
+
+Every ``logging.diagnostics_interval`` steps the trainer records, for every parameter, the
+RMS of the weight before the step, the RMS of the update the step applied (the parameter's
+real change: after the optimizer, clipping, weight decay and any skipped step) and their
+ratio; and, on a fixed probe batch (the first two held-out sequences), the RMS of the
+residual stream after each block and of each branch's output after its multiplier
+(attention: stream after the attention add minus the block input; MLP: block output minus
+that). TP-VI states its depth theory in these quantities: under depth-muP with Adam the
+relative update of each hidden matrix shrinks like L^-1/2 and each block moves the stream
+by O(1/L).
+
+Cost: one copy of the parameters before a logged step, a few reductions after it and one
+forward pass on the probe batch (no backward); nothing on other steps. The probe runs in
+eval mode under ``no_grad`` and draws no random numbers, so training is bit-identical with
+diagnostics on or off (tested).
+
+Parallel layouts: tensor-parallel shards contribute their sums of squares, all-reduced over
+the tensor group; pipeline stages each measure their own layers and global rank 0 gathers
+the rows. Activation rows need the whole model in one process and are not recorded with
+pipeline parallelism (a note is logged once); with sequence parallelism the stream's sums
+of squares are all-reduced over the tensor group.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from patches.roles import role_of, unwrap_name
+
+log = logging.getLogger("train_gpt")
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+ACTIVATION_KINDS = ("residual", "attention_branch", "mlp_branch")
+
+
+@dataclass(frozen=True)
+class _Param:
+    name: str  # global name (layer numbers across pipeline stages), wrappers removed
+    layer: Optional[int]  # global 0-based block index, None outside blocks
+    role: str
+    tensor: torch.nn.Parameter
+    sharded: bool  # tensor-parallel shard: sums of squares are all-reduced
+
+
+def _parameters(model: torch.nn.Module, layer_offset: int) -> list[_Param]:
+    out = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        bare = unwrap_name(name)
+        match = _LAYER.match(bare)
+        layer = None
+        if match:
+            layer = int(match.group(1)) + layer_offset
+            bare = _LAYER.sub(f"decoder.layers.{layer}.", bare)
+        sharded = bool(getattr(param, "tensor_model_parallel", False))
+        out.append(_Param(bare, layer, role_of(name, param), param, sharded))
+    return out
+
+
+class Diagnostics:
+    """Records the rows of one logged step: call :meth:`before_step` and :meth:`after_step`
+    around every optimizer step; they do nothing on steps that are not due."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        interval: int,
+        probe: Optional[dict[str, torch.Tensor]],
+        layer_offset: int = 0,
+        tp_group: Any = None,
+        pp_group: Any = None,
+        sequence_parallel: bool = False,
+    ) -> None:
+        self.model = model
+        self.interval = interval
+        self.probe = probe
+        self.params = _parameters(model, layer_offset)
+        self.layer_offset = layer_offset
+        self.tp_group = tp_group
+        self.pp_group = pp_group
+        self.sequence_parallel = sequence_parallel
+        self._before: Optional[list[torch.Tensor]] = None
+
+    def due(self, step: int) -> bool:
+        """Whether step ``step`` (1-based: the step about to finish) is logged."""
+        return self.interval > 0 and step % self.interval == 0
+
+    def before_step(self, step: int) -> None:
+        if self.due(step):
+            self._before = [p.tensor.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def after_step(self, step: int) -> list[dict[str, Any]]:
+        """The rows of ``step`` on global rank 0 (an empty list elsewhere and on other steps)."""
+        if self._before is None:
+            return []
+        rows = self._parameter_rows(step, self._before)
+        self._before = None
+        rows += self._activation_rows(step)
+        if self.pp_group is not None and dist.get_world_size(self.pp_group) > 1:
+            gathered: list = [None] * dist.get_world_size(self.pp_group)
+            dist.all_gather_object(gathered, rows, group=self.pp_group)
+            rows = [r for part in gathered for r in part]
+        rows.sort(key=lambda r: (r["layer"] is not None, r["layer"] or 0, r.get("param") or r.get("kind")))
+        return rows if not dist.is_initialized() or dist.get_rank() == 0 else []
+
+    def _sums(self, values: list[torch.Tensor], sharded: list[bool]) -> list[float]:
+        """Sums of squares (and element counts) over tensor-parallel shards where sharded."""
+        sq = torch.stack(torch._foreach_norm(values)).double().pow(2)  # one fused pass, not a loop of ops
+        n = torch.tensor([float(v.numel()) for v in values], dtype=torch.float64, device=sq.device)
+        mask = torch.tensor(sharded, dtype=torch.bool, device=sq.device)
+        if self.tp_group is not None and dist.get_world_size(self.tp_group) > 1 and bool(mask.any()):
+            both = torch.stack([torch.where(mask, sq, 0), torch.where(mask, n, 0)])
+            dist.all_reduce(both, group=self.tp_group)
+            sq = torch.where(mask, both[0], sq)
+            n = torch.where(mask, both[1], n)
+        return (sq / n).sqrt().tolist()
+
+    def _parameter_rows(self, step: int, before: list[torch.Tensor]) -> list[dict[str, Any]]:
+        sharded = [p.sharded for p in self.params]
+        weight = self._sums(before, sharded)
+        update = self._sums(torch._foreach_sub([p.tensor.detach() for p in self.params], before), sharded)
+        rows = []
+        for p, w, u in zip(self.params, weight, update):
+            ratio = u / w if w > 0 else math.nan
+            rows.append(
+                {
+                    "step": step,
+                    "layer": p.layer,
+                    "role": p.role,
+                    "param": p.name,
+                    "weight_rms": w,
+                    "update_rms": u,
+                    "update_ratio": ratio,
+                }  # fmt: skip
+            )
+        return rows
+
+    def _activation_rows(self, step: int) -> list[dict[str, Any]]:
+        if self.probe is None:
+            return []
+        if self.pp_group is not None and dist.get_world_size(self.pp_group) > 1:
+            if step == self.interval:
+                log.info("diagnostics: activation rows are not recorded with pipeline parallelism")
+            return []
+        from megatron.core.transformer.transformer_layer import TransformerLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, TransformerLayer)]
+        found: dict[int, dict[str, torch.Tensor]] = {i: {} for i in range(len(layers))}
+        hooks = []
+        for i, layer in enumerate(layers):
+
+            def grab_in(_m, args, kwargs, i=i):
+                found[i]["in"] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]).detach()
+
+            def grab_mid(_m, args, i=i):
+                found[i]["mid"] = args[0].detach()
+
+            def grab_out(_m, _args, out, i=i):
+                found[i]["out"] = (out[0] if isinstance(out, tuple) else out).detach()
+
+            hooks.append(layer.register_forward_pre_hook(grab_in, with_kwargs=True))
+            hooks.append(layer.pre_mlp_layernorm.register_forward_pre_hook(grab_mid))
+            hooks.append(layer.register_forward_hook(grab_out))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            self.model(self.probe["tokens"], self.probe["position_ids"], None)
+        finally:
+            for h in hooks:
+                h.remove()
+            self.model.train(was_training)
+        values, where = [], []
+        for i in range(len(layers)):
+            h = found[i]
+            values += [h["out"], h["mid"] - h["in"], h["out"] - h["mid"]]
+            where += [(i + self.layer_offset, kind) for kind in ACTIVATION_KINDS]
+        rms = self._sums(values, [self.sequence_parallel] * len(values))
+        return [{"step": step, "layer": layer, "kind": kind, "rms": r} for (layer, kind), r in zip(where, rms)]
