@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.outputs import atomic_write_bytes
+from eval.plots import save_figure
 
 
 def _decimal_log_ticks(axis: Any, lo: float, hi: float) -> None:
@@ -27,8 +27,6 @@ def _decimal_log_ticks(axis: Any, lo: float, hi: float) -> None:
 def plot(results: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
     """``stem.png`` and ``stem.pdf``: D vs eps (log-log) per depth and lambda with the fits and the
     eps^(1/2) / eps^1 references; with several depths also D(eps_ref) vs depth."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,12 +102,6 @@ def plot(results: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
         ax2.set_ylim(mid / half, mid * half)
     fig.suptitle(results["title"], fontsize=11)
     fig.tight_layout()
-    written = []
-    for ext in ("png", "pdf"):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=dpi)
-        path = stem.with_suffix(f".{ext}")
-        atomic_write_bytes(path, buf.getvalue())
-        written.append(path)
+    written = save_figure(fig, stem.parent, stem.name, dpi)
     plt.close(fig)
     return written

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from eval.dynamics import QUANTITIES
-from eval.outputs import atomic_write_bytes
+from eval.plots import save_figure
 
 LABELS = {
     "update_ratio": "RMS(update)/RMS(weight), hidden matrices",
@@ -59,12 +58,6 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    written = []
-    for ext in ("png", "pdf"):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=dpi)
-        path = stem.with_suffix(f".{ext}")
-        atomic_write_bytes(path, buf.getvalue())
-        written.append(path)
+    written = save_figure(fig, stem.parent, stem.name, dpi)
     plt.close(fig)
     return written

@@ -47,6 +47,7 @@ __all__ = [
     "read_diagnostics",
     "read_metrics",
     "read_summary",
+    "run_identity",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
@@ -167,6 +168,32 @@ class RunSummary:
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
 
+def run_identity(cfg: Any) -> dict[str, Any]:
+    """The ``summary.json`` fields that say which run this is, from its ``RunConfig`` (the
+    trainer and the tests' stand-in trainer both use this)."""
+    from patches.rules import emergent_scale
+
+    par, model = cfg.parametrization, cfg.model
+    width = par.resolved_width
+    scale = None
+    if width == "yaida":
+        s = float(par.yaida_s)
+        scale = {"s": s, "gamma": emergent_scale(model.num_layers, model.hidden_size, s),
+                 "L_over_n": model.num_layers / model.hidden_size}  # fmt: skip
+    return {
+        "preset": par.preset,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "lr": cfg.optimizer.lr,
+        "block_multiplier": par.block_multiplier,
+        "seed": cfg.run.seed,
+        "base_num_layers": par.base_num_layers or model.num_layers,
+        "optimizer": cfg.optimizer.name,
+        "width": width,
+        "emergent_scale": scale,
+    }
+
+
 def read_summary(run_dir: Path) -> Optional[RunSummary]:
     """The run's summary; None when there is none yet or it cannot be read (a run in progress,
     or a file cut short: the run is then treated as not finished and rerun)."""
@@ -206,17 +233,21 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
-    rows = _read_rows(Path(run_dir) / METRICS_FILE)
+def _with_numbers(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``keys`` written as "nan"/"inf"/"-inf" read back as floats (other strings left alone)."""
     for row in rows:
-        for key in ("loss", "val_loss", "grad_norm"):
+        for key in keys:
             if isinstance(row.get(key), str):
                 try:
                     row[key] = number(row[key])
                 except RunDirError:
                     pass
     return rows
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
+    return _with_numbers(_read_rows(Path(run_dir) / METRICS_FILE), ("loss", "val_loss", "grad_norm"))
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
@@ -228,15 +259,9 @@ def truncate_metrics(run_dir: Path, last_step: int) -> None:
 # ----------------------------------------------------------------------------- diagnostics.jsonl
 def read_diagnostics(run_dir: Path) -> list[dict[str, Any]]:
     """``diagnostics.jsonl`` rows (docs/contracts.md), numbers as floats (``"nan"`` -> nan)."""
-    rows = _read_rows(Path(run_dir) / DIAGNOSTICS_FILE)
-    for row in rows:
-        for key in ("weight_rms", "update_rms", "update_ratio", "rms"):
-            if isinstance(row.get(key), str):
-                try:
-                    row[key] = number(row[key])
-                except RunDirError:
-                    pass
-    return rows
+    return _with_numbers(
+        _read_rows(Path(run_dir) / DIAGNOSTICS_FILE), ("weight_rms", "update_rms", "update_ratio", "rms")
+    )
 
 
 def truncate_diagnostics(run_dir: Path, last_step: int) -> None:

@@ -115,6 +115,7 @@ class Diagnostics:
 
     def _sums(self, values: list[torch.Tensor], sharded: list[bool]) -> list[float]:
         """Sums of squares (and element counts) over tensor-parallel shards where sharded."""
+        values = [v.float() if v.dtype in (torch.bfloat16, torch.float16) else v for v in values]  # bf16 GPU runs
         sq = torch.stack(torch._foreach_norm(values)).double().pow(2)  # one fused pass, not a loop of ops
         n = torch.tensor([float(v.numel()) for v in values], dtype=torch.float64, device=sq.device)
         mask = torch.tensor(sharded, dtype=torch.bool, device=sq.device)

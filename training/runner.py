@@ -34,7 +34,7 @@ from runconfig.contract import (
     LOCK_FILE,
 )
 from runconfig.contract import FINAL_STATUSES as FINISHED
-from runconfig.run_dir import EvalRecord, RunSummary, read_metrics, read_summary, write_summary
+from runconfig.run_dir import EvalRecord, RunSummary, read_metrics, read_summary, run_identity, write_summary
 from runconfig.schema import RunConfig
 from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
 from training.session import Session, SetupError, build_session
@@ -295,16 +295,7 @@ class Trainer:
                 final_val_loss=final[0] if final else None,
                 final_train_loss=train_rows[-1]["loss"] if train_rows else None,
                 wall_time_s=self._wall_time(),
-                preset=cfg.parametrization.preset,
-                num_layers=cfg.model.num_layers,
-                hidden_size=cfg.model.hidden_size,
-                lr=cfg.optimizer.lr,
-                block_multiplier=cfg.parametrization.block_multiplier,
-                seed=cfg.run.seed,
-                base_num_layers=s.resolved.base_num_layers if s is not None else cfg.parametrization.base_num_layers,
-                optimizer=cfg.optimizer.name,
-                width=cfg.parametrization.resolved_width,
-                emergent_scale=s.resolved.emergent_scale if s is not None else None,
+                **run_identity(cfg),
             ),
         )
 

@@ -108,14 +108,7 @@ def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step
         final_val_loss=next((e["val_loss"] for e in evals if e["fraction"] == final_frac), None),
         final_train_loss=train[-1]["loss"] if train else None,
         wall_time_s=time.time() - started,
-        preset=cfg.parametrization.preset,
-        num_layers=cfg.model.num_layers,
-        hidden_size=cfg.model.hidden_size,
-        lr=cfg.optimizer.lr,
-        block_multiplier=cfg.parametrization.block_multiplier,
-        seed=cfg.run.seed,
-        base_num_layers=cfg.parametrization.base_num_layers or cfg.model.num_layers,
-        optimizer=cfg.optimizer.name,
+        **rd.run_identity(cfg),
     )
     rd.write_summary(run_dir, summary)
 
