@@ -91,8 +91,11 @@ def test_logged_group_lrs_follow_the_table(reference):
 
 
 def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tmp_path):
+    """Also with diagnostics every step (the reference has none: same losses), whose rows past
+    the restored checkpoint are dropped on resume like the metrics rows."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *BASE]
+    diag = "logging.diagnostics_interval=1"
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *BASE, diag]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = run / "checkpoints" / "latest"
     deadline = time.time() + 300
@@ -104,9 +107,13 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tm
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (run / "summary.json").exists()
-    train(run)
+    train(run, diag)
     got, want = rows(run), rows(reference)
     assert [r["step"] for r in got] == list(range(1, 21))  # no duplicate or missing steps
+    from runconfig.run_dir import read_diagnostics
+
+    keys = [(r["step"], r.get("param") or (r["layer"], r["kind"])) for r in read_diagnostics(run)]
+    assert len(keys) == len(set(keys)) and sorted({k[0] for k in keys}) == list(range(1, 21))
     for g, w in zip(got, want):
         assert (g["loss"], g["grad_norm"], g["lr"]) == (w["loss"], w["grad_norm"], w["lr"]), g["step"]
     assert [e["val_loss"] for e in summary(run)["evals"]] == [e["val_loss"] for e in summary(reference)["evals"]]
