@@ -277,18 +277,27 @@ def run(args: argparse.Namespace) -> int:
     results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
     worst = max(abs(v) for s in results["slopes"].values() for v in s.values())
     results["max_slope"] = args.max_slope
-    results["passed"] = bool(worst <= args.max_slope)
     for width, s in results["slopes"].items():
         print(
             f"width {width}: slope vs depth  init {s['init_rms']:+.3f}  after {args.steps} steps "
             f"{s['final_rms']:+.3f}  change {s['delta_rms']:+.3f}"
         )
-    if args.out:
-        out = Path(args.out)
-        write_json(out / "coord_check.json", results)
-        plot(results, out / "coord_check.png", f"coordinate check: {cfg.parametrization.preset}")
-        print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
-    print(("PASS" if results["passed"] else "FAIL") + f": max |slope| {worst:.3f} (threshold {args.max_slope})")
+    return _verdict(
+        results, args.out, lambda png: plot(results, png, f"coordinate check: {cfg.parametrization.preset}"),
+        worst, args.max_slope, f"max |slope| {worst:.3f} (threshold {args.max_slope})",
+    )  # fmt: skip
+
+
+def _verdict(results: dict[str, Any], out: str | None, draw: Any, worst: float, bound: float, summary: str) -> int:
+    """Record pass/fail, write coord_check.json and .png under ``out`` (``draw(png_path)``),
+    print the verdict; exit code 0 pass, 1 fail."""
+    results["passed"] = bool(worst <= bound)
+    if out:
+        out_dir = Path(out)
+        write_json(out_dir / "coord_check.json", results)
+        draw(out_dir / "coord_check.png")
+        print(f"wrote {out_dir / 'coord_check.json'} and {out_dir / 'coord_check.png'}")
+    print(("PASS" if results["passed"] else "FAIL") + f": {summary}")
     return 0 if results["passed"] else 1
 
 
@@ -307,22 +316,15 @@ def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> int:
         return 2
     worst = max(abs(r["slope"] - r["expected_slope"]) for r in results["s_axis"])
     results["max_slope_error"] = args.max_slope_error
-    results["passed"] = bool(worst <= args.max_slope_error)
     for r in results["s_axis"]:
         print(
             f"s={r['s']:g}: slope of feature change vs width {r['slope']:+.3f} (theory {r['expected_slope']:+.3f}); "
             f"change {', '.join(f'{v:.3g}' for v in r['feature_change'])} at n={r['widths']}"
         )
-    if args.out:
-        out = Path(args.out)
-        write_json(out / "coord_check.json", results)
-        plot_yaida(results, out / "coord_check.png", args.max_slope_error)
-        print(f"wrote {out / 'coord_check.json'} and {out / 'coord_check.png'}")
-    print(
-        ("PASS" if results["passed"] else "FAIL")
-        + f": max |slope - theory| {worst:.3f} (tolerance {args.max_slope_error})"
-    )
-    return 0 if results["passed"] else 1
+    return _verdict(
+        results, args.out, lambda png: plot_yaida(results, png, args.max_slope_error),
+        worst, args.max_slope_error, f"max |slope - theory| {worst:.3f} (tolerance {args.max_slope_error})",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":  # pragma: no cover

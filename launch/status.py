@@ -13,6 +13,7 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
@@ -76,7 +77,7 @@ def recorded_evals(rd: Path) -> list[dict[str, Any]]:
     """Evals of a finished run from ``summary.json``; of any other run from ``metrics.jsonl``."""
     summary = read_summary(rd)
     if summary is not None and summary.final:
-        return [{"step": e.step, "fraction": e.fraction, "val_loss": e.val_loss} for e in summary.evals]
+        return [asdict(e) for e in summary.evals]
     return _metrics_evals(rd)
 
 

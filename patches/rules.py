@@ -147,6 +147,11 @@ def emergent_scale(num_layers: int, hidden_size: int, s: float) -> float:
     return num_layers / hidden_size ** (1.0 - s)
 
 
+def emergent_scale_record(num_layers: int, hidden_size: int, s: float) -> dict[str, float]:
+    """What runs record of it: ``{"s", "gamma": L / n^(1-s), "L_over_n"}``."""
+    return {"s": s, "gamma": emergent_scale(num_layers, hidden_size, s), "L_over_n": num_layers / hidden_size}
+
+
 def depth_at_fixed_scale(hidden_size: int, s: float, base_hidden_size: int, base_num_layers: int) -> int:
     """The depth that keeps gamma = L / n^(1-s) at its value for the base shape (rounded)."""
     return max(1, round(base_num_layers * (hidden_size / base_hidden_size) ** (1.0 - s)))
@@ -220,8 +225,7 @@ class ResolvedParametrization:
         """Yaida's gamma = L / n^(1-s) and the aspect ratio L / n (width yaida only)."""
         if self.yaida_s is None:
             return None
-        L, n = self.shape.num_layers, self.shape.hidden_size
-        return {"s": self.yaida_s, "gamma": emergent_scale(L, n, self.yaida_s), "L_over_n": L / n}
+        return emergent_scale_record(self.shape.num_layers, self.shape.hidden_size, self.yaida_s)
 
 
 def _depth_exponent(kind: str, alpha: float, gamma: float) -> float:

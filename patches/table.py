@@ -21,10 +21,15 @@ from patches.rules import ROLES, ResolvedParametrization
 _LAYER_INDEX = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
-def global_parameters(
-    model: torch.nn.Module, tp_size: int = 1, layer_offset: int = 0
-) -> list[tuple[str, list[int], str]]:
-    """(global name, global shape, role) of each trainable parameter of one model chunk/stage."""
+def layer_of(global_name: str) -> int | None:
+    """The 0-based block index in a global parameter name (None outside the blocks)."""
+    match = _LAYER_INDEX.match(global_name)
+    return int(match.group(1)) if match else None
+
+
+def global_named_parameters(model: torch.nn.Module, layer_offset: int = 0) -> list[tuple[str, torch.nn.Parameter, str]]:
+    """(global name, parameter, role) of each trainable parameter of one model chunk/stage:
+    wrapper prefixes removed, layer numbers shifted by the stage's ``layer_offset``."""
     out = []
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -32,10 +37,20 @@ def global_parameters(
         bare = unwrap_name(name)
         if layer_offset:
             bare = _LAYER_INDEX.sub(lambda m: f"decoder.layers.{int(m.group(1)) + layer_offset}.", bare)
+        out.append((bare, param, role_of(name, param)))
+    return out
+
+
+def global_parameters(
+    model: torch.nn.Module, tp_size: int = 1, layer_offset: int = 0
+) -> list[tuple[str, list[int], str]]:
+    """(global name, global shape, role) of each trainable parameter of one model chunk/stage."""
+    out = []
+    for bare, param, role in global_named_parameters(model, layer_offset):
         shape = list(param.shape)
         if getattr(param, "tensor_model_parallel", False) and tp_size > 1:
             shape[param.partition_dim] *= tp_size
-        out.append((bare, shape, role_of(name, param)))
+        out.append((bare, shape, role))
     return out
 
 

@@ -30,6 +30,7 @@ from runconfig.contract import (
 
 __all__ = [
     "CHECKPOINTS_DIR",
+    "COMMON_FILE",
     "CONFIG_FILE",
     "DIAGNOSTICS_FILE",
     "LOCK_FILE",
@@ -171,15 +172,11 @@ class RunSummary:
 def run_identity(cfg: Any) -> dict[str, Any]:
     """The ``summary.json`` fields that say which run this is, from its ``RunConfig`` (the
     trainer and the tests' stand-in trainer both use this)."""
-    from patches.rules import emergent_scale
+    from patches.rules import emergent_scale_record
 
     par, model = cfg.parametrization, cfg.model
     width = par.resolved_width
-    scale = None
-    if width == "yaida":
-        s = float(par.yaida_s)
-        scale = {"s": s, "gamma": emergent_scale(model.num_layers, model.hidden_size, s),
-                 "L_over_n": model.num_layers / model.hidden_size}  # fmt: skip
+    scale = emergent_scale_record(model.num_layers, model.hidden_size, float(par.yaida_s)) if width == "yaida" else None
     return {
         "preset": par.preset,
         "num_layers": model.num_layers,

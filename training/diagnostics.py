@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from patches.roles import role_of, unwrap_name
+from patches.table import global_named_parameters, layer_of
 
 log = logging.getLogger("train_gpt")
 
-_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 ACTIVATION_KINDS = ("residual", "attention_branch", "mlp_branch")
 
 
@@ -51,19 +49,10 @@ class _Param:
 
 
 def _parameters(model: torch.nn.Module, layer_offset: int) -> list[_Param]:
-    out = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        bare = unwrap_name(name)
-        match = _LAYER.match(bare)
-        layer = None
-        if match:
-            layer = int(match.group(1)) + layer_offset
-            bare = _LAYER.sub(f"decoder.layers.{layer}.", bare)
-        sharded = bool(getattr(param, "tensor_model_parallel", False))
-        out.append(_Param(bare, layer, role_of(name, param), param, sharded))
-    return out
+    return [
+        _Param(name, layer_of(name), role, param, bool(getattr(param, "tensor_model_parallel", False)))
+        for name, param, role in global_named_parameters(model, layer_offset)
+    ]
 
 
 class Diagnostics:

@@ -34,7 +34,15 @@ from runconfig.contract import (
     LOCK_FILE,
 )
 from runconfig.contract import FINAL_STATUSES as FINISHED
-from runconfig.run_dir import EvalRecord, RunSummary, read_metrics, read_summary, run_identity, write_summary
+from runconfig.run_dir import (
+    CHECKPOINTS_DIR,
+    EvalRecord,
+    RunSummary,
+    read_metrics,
+    read_summary,
+    run_identity,
+    write_summary,
+)
 from runconfig.schema import RunConfig
 from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
 from training.session import Session, SetupError, build_session
@@ -263,7 +271,7 @@ class Trainer:
         if s.runlog is not None:
             s.runlog.sync()
         checkpoint.save(
-            s.run_dir / "checkpoints",
+            s.run_dir / CHECKPOINTS_DIR,
             step,
             common,
             s.backend,

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from runconfig import atomic_write_text, dump_yaml, flatten, to_dict
 from runconfig.run_dir import (
     CHECKPOINTS_DIR,
+    COMMON_FILE,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
     METRICS_FILE,
@@ -162,7 +163,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     start_step, evals, wall_offset = 0, [], 0.0
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        check_resumable(json.loads((ckpt / "common.json").read_text()), ckpt, table, config_dict)
+        check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict)
         common = checkpoint.load(ckpt, backend, scheduler, info.rank)
         start_step, evals, wall_offset = common["step"], common["evals"], common["wall_time_s"]
         log.info("resumed from %s (step %d)", ckpt, start_step)
@@ -219,7 +220,7 @@ def make_diagnostics(cfg: RunConfig, model: torch.nn.Module, eval_batches: list,
         model,
         cfg.logging.diagnostics_interval,
         probe,
-        layer_offset=parallel_state.get_pipeline_model_parallel_rank() * cfg.model.num_layers // pp,
+        layer_offset=stage_layer_offset(cfg),
         tp_group=parallel_state.get_tensor_model_parallel_group(),
         pp_group=parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None,
         sequence_parallel=cfg.parallel.sequence_parallel,
@@ -247,6 +248,14 @@ def make_backend(cfg: RunConfig, model: torch.nn.Module, resolved: Any, device: 
         raise SetupError(str(exc)) from exc
 
 
+def stage_layer_offset(cfg: RunConfig) -> int:
+    """Global index of this pipeline stage's first layer (megatron's even split)."""
+    from megatron.core import parallel_state
+
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    return parallel_state.get_pipeline_model_parallel_rank() * cfg.model.num_layers // pp
+
+
 def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
     """The resolved table with global names and shapes, gathered over pipeline stages."""
     from megatron.core import parallel_state
@@ -254,8 +263,7 @@ def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
     from patches.table import build_table, global_parameters
 
     pp = parallel_state.get_pipeline_model_parallel_world_size()
-    offset = parallel_state.get_pipeline_model_parallel_rank() * cfg.model.num_layers // pp
-    rows = global_parameters(model, parallel_state.get_tensor_model_parallel_world_size(), offset)
+    rows = global_parameters(model, parallel_state.get_tensor_model_parallel_world_size(), stage_layer_offset(cfg))
     if pp > 1:
         gathered: list = [None] * pp
         dist.all_gather_object(gathered, rows, group=parallel_state.get_pipeline_model_parallel_group())
