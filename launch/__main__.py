@@ -15,6 +15,7 @@ from typing import Optional
 
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
+from runconfig.scripts import ScriptError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_RESUMABLE = 0, 1, 2, 4, 75
 
@@ -95,7 +96,7 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
 
 def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> int:
     from launch.job import JobRequest, run_job
-    from launch.scripts import SlurmOptions
+    from runconfig.scripts import SlurmOptions
 
     slurm = SlurmOptions(
         partition=args.partition,
@@ -227,7 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             return demo.main(args)
         return _cmd_run(args) if args.command == "run" else _cmd_status(args)
-    except LaunchError as exc:
+    except (LaunchError, ScriptError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -418,7 +418,7 @@ def _slurm_options(path: Path) -> dict[str, Any]:
     """The ``slurm:`` section for the demo's sweep spec, checked against :class:`SlurmOptions`."""
     from dataclasses import fields
 
-    from launch.scripts import SlurmOptions
+    from runconfig.scripts import SlurmOptions
 
     try:
         raw = yaml.safe_load(path.read_text())

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from launch import launchers, sbatch
+from launch import launchers
 from launch.commands import TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
-from launch.scripts import SlurmOptions, render_script, sbatch_directives
-from launch.shell import Token
-from runconfig import atomic_write_text
+from runconfig import atomic_write_text, sbatch
+from runconfig.scripts import SlurmOptions, render_script, sbatch_directives
+from runconfig.shell import Token
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU

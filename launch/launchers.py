@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from launch.errors import LaunchError
-from launch.shell import Raw, Token, Word
+from runconfig.shell import Raw, Token, Word
 
 DEFAULT_MASTER_PORT = 29500
 

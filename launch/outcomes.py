@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
+from runconfig import attempts as attempt_log
 from runconfig.contract import (
     EXIT_COMPLETED,
     EXIT_CONFIG,
@@ -42,7 +43,7 @@ OUTCOMES: dict[int, Outcome] = {
 KILLED = Outcome("failed", False, True, True, False, "killed or crashed without a contract exit code")
 # An attempt ended by launch's own shutdown before the trainer could handle the signal (e.g.
 # while importing), or left open by a launcher that died: not the run's fault.
-INTERRUPTED = Outcome("interrupted", False, False, True, False, "stopped by launch, or launch died during it")
+INTERRUPTED = Outcome(attempt_log.INTERRUPTED, False, False, True, False, "stopped by launch, or launch died during it")
 
 # Return codes of a trainer killed by the signals launch forwards when it is stopped.
 STOP_RETURN_CODES = frozenset(-int(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))

@@ -21,8 +21,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from launch.__main__ import main
-from launch.sbatch import SubmitError, parse_job_id
 from runconfig.loader import parse_overrides
+from runconfig.sbatch import SubmitError, parse_job_id
 from tests.launch_fixtures.helpers import (
     DUMP_ARGV,
     FAKE_SRUN,

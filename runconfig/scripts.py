@@ -1,4 +1,4 @@
-"""Bash scripts for launchers: one renderer, so every script has the same shape.
+"""Bash scripts for launchers and batch jobs: one renderer, so every script has the same shape.
 
 A script is: shebang, ``#SBATCH`` directives (SLURM only), a comment header, ``set -euo
 pipefail``, ``cd`` to the submit directory, exports, the user's setup lines, our own prelude
@@ -12,16 +12,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from launch.errors import LaunchError
-from launch.shell import Token, comment, join, quote
+from runconfig.shell import Token, comment, join, quote
 
 SBATCH_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:@/+=%-]+")
 JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.^+-]")
 
 
+class ScriptError(ValueError):
+    """A ``#SBATCH`` setting that cannot be written safely; the message names the setting."""
+
+
 @dataclass
 class SlurmOptions:
-    """``#SBATCH`` settings shared by ``launch job --launcher slurm`` and the sweep ``slurm:`` section."""
+    """``#SBATCH`` settings shared by ``launch job --launcher slurm``, the sweep ``slurm:`` section and data_prep."""
 
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -57,17 +60,17 @@ def sbatch_directives(
         value = getattr(opts, key)
         if value is not None:
             if not SBATCH_SAFE_VALUE.fullmatch(str(value)):
-                raise LaunchError(f"slurm {key}: {value!r} holds characters not allowed in an #SBATCH line")
+                raise ScriptError(f"slurm {key}: {value!r} holds characters not allowed in an #SBATCH line")
             lines.append(f"--{key}={value}")
     if opts.cpus_per_task is not None:
         if opts.cpus_per_task < 1:
-            raise LaunchError(f"slurm cpus_per_task: must be >= 1, got {opts.cpus_per_task}")
+            raise ScriptError(f"slurm cpus_per_task: must be >= 1, got {opts.cpus_per_task}")
         lines.append(f"--cpus-per-task={opts.cpus_per_task}")
     if opts.signal_grace_s:
         lines.append(f"--signal={'B:' if signal_batch_shell else ''}TERM@{int(opts.signal_grace_s)}")
     for extra in opts.sbatch_lines:
         if not extra.startswith("-") or "\n" in extra or "\r" in extra:
-            raise LaunchError(f"slurm sbatch line {extra!r}: must be one sbatch option such as '--qos=high'")
+            raise ScriptError(f"slurm sbatch line {extra!r}: must be one sbatch option such as '--qos=high'")
         lines.append(extra)
     return [f"#SBATCH {line}" for line in lines]
 

@@ -1,7 +1,7 @@
 """Shell words for generated scripts: user text is always quoted, our own expansions are not.
 
 A token is a literal ``str`` (quoted with :func:`shlex.quote`), a :class:`Raw` fragment that
-launch itself writes (``"$SLURM_JOB_ID"``), or a :class:`Word` gluing both into one shell word
+the toolkit itself writes (``"$SLURM_JOB_ID"``), or a :class:`Word` gluing both into one shell word
 (``--rdzv-endpoint="$head_node":29500``). User-supplied text never becomes ``Raw``.
 """
 
@@ -14,7 +14,7 @@ from typing import Union
 
 
 class Raw(str):
-    """A shell fragment written verbatim: only for expansions launch generates itself."""
+    """A shell fragment written verbatim: only for expansions the toolkit generates itself."""
 
 
 @dataclass(frozen=True)
