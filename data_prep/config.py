@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from runconfig.checks import check_at_least, check_choice, check_fraction
+from runconfig.scripts import SlurmOptions
 
 FORMATS = ("auto", "jsonl", "parquet", "wet", "warc")
 NORMALIZATIONS = ("NFC", "NFKC", "none")
@@ -37,6 +38,9 @@ class InputConfig:
     on_decode_error: str = "skip"  # undecodable bytes in a record: skip the record | replace (U+FFFD)
     max_record_bytes: int = 50_000_000  # larger WARC payloads / JSONL lines are dropped as too_long
     read_block_bytes: int = 8 << 20  # JSONL is parsed in blocks of about this many bytes
+    # Inputs larger than this are cut into shards of about this size, one unit of work each:
+    # plain JSONL at line boundaries, parquet at row-group boundaries (data_prep/shards.py).
+    shard_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         _choice("input.format", self.format, FORMATS)
@@ -46,6 +50,7 @@ class InputConfig:
             raise ValueError("input.text_key: must not be empty")
         _at_least("input.max_record_bytes", self.max_record_bytes, 1)
         _at_least("input.read_block_bytes", self.read_block_bytes, 1024)
+        _at_least("input.shard_bytes", self.shard_bytes, 1)
 
 
 @dataclass
@@ -155,6 +160,35 @@ class C4Config:
 
 
 @dataclass
+class NearDedupConfig:
+    """Near-duplicate removal with MinHash LSH over word shingles (data_prep/near_dedup.py).
+
+    Two documents are candidates when all ``rows`` MinHash values of one of ``bands`` bands
+    agree; a candidate pair is a near-duplicate when the fraction of all ``num_perm`` values
+    that agree (the MinHash estimate of the Jaccard similarity of their shingle sets) is
+    >= ``threshold``. Connected components of near-duplicate pairs keep their first document
+    (input order). Off by default: see docs/data_prep.md, "Near-duplicate removal".
+    """
+
+    enabled: bool = False
+    shingle_words: int = 5  # shingles: runs of this many lower-cased, whitespace-split words
+    num_perm: int = 128  # MinHash permutations (datasketch, its default affine32 scheme)
+    bands: int = 20  # LSH bands; bands * rows <= num_perm
+    rows: int = 5  # MinHash values per band
+    threshold: float = 0.7  # estimated Jaccard similarity a candidate pair needs
+    seed: int = 1  # datasketch's permutation seed
+
+    def __post_init__(self) -> None:
+        for key in ("shingle_words", "num_perm", "bands", "rows"):
+            _at_least(f"clean.near_dedup.{key}", getattr(self, key), 1)
+        if self.bands * self.rows > self.num_perm:
+            raise ValueError(
+                f"clean.near_dedup.bands: bands * rows = {self.bands * self.rows} exceeds num_perm={self.num_perm}"
+            )
+        _fraction("clean.near_dedup.threshold", self.threshold)
+
+
+@dataclass
 class CleanConfig:
     unicode_normalization: str = "NFC"  # NFC | NFKC | none (applied before every filter and the hash)
     tidy_whitespace: bool = False  # also drop spaces before line ends, shrink blank-line runs (slower)
@@ -163,6 +197,7 @@ class CleanConfig:
     language: LanguageConfig = field(default_factory=LanguageConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     c4: C4Config = field(default_factory=C4Config)
+    near_dedup: NearDedupConfig = field(default_factory=NearDedupConfig)
 
     def __post_init__(self) -> None:
         _choice("clean.unicode_normalization", self.unicode_normalization, NORMALIZATIONS)
@@ -206,12 +241,29 @@ class SplitConfig:
 
 
 @dataclass
+class SlurmConfig(SlurmOptions):
+    """``runtime.slurm``: the ``#SBATCH`` settings of every stage job, plus the array shape."""
+
+    array_tasks: int = 32  # tasks of each sharded stage's job array (fewer when it has fewer units)
+    max_parallel: Optional[int] = None  # at most this many tasks of one array at a time (%N)
+    max_retries: int = 2  # failed attempts of one task allowed after the first; preemptions do not count
+
+    def __post_init__(self) -> None:
+        _at_least("runtime.slurm.array_tasks", self.array_tasks, 1)
+        _at_least("runtime.slurm.max_parallel", self.max_parallel, 1)
+        _at_least("runtime.slurm.max_retries", self.max_retries, 0)
+
+
+@dataclass
 class RuntimeConfig:
-    workers: Optional[int] = None  # worker processes; null -> all cores; 0 -> run in this process
+    workers: Optional[int] = None  # worker processes; null -> the cores this process may use; 0 -> in this process
     progress: bool = True  # tqdm progress bars on stderr
+    executor: str = "local"  # local: every stage here | slurm: job arrays chained by dependencies
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
     def __post_init__(self) -> None:
         _at_least("runtime.workers", self.workers, 0)
+        _choice("runtime.executor", self.executor, ("local", "slurm"))
 
 
 @dataclass
