@@ -1,4 +1,4 @@
-"""Stage 1, one worker task per input file: read -> normalize -> filter -> hash -> write.
+"""Stage 1, one worker task per shard (an input file, or a span of one): read, normalize, filter, hash, write.
 
 Outputs in ``<work>/clean/``: ``<id>.arrow`` (the kept, normalized texts, in input order),
 ``<id>.hash.npy`` (first 16 bytes of the SHA-256 of each kept text, for the global dedup) and the marker
@@ -71,6 +71,7 @@ def _base_result(task: CleanTask) -> dict:
         "shard_id": task.shard_id,
         "path": task.source.path,
         "format": task.source.format,
+        "span": task.source.span,
         "fingerprint": task.fingerprint,
         **input_identity(task.source.path),
     }
@@ -129,7 +130,9 @@ def _clean(task: CleanTask) -> dict:
     hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 16)
     with open(tmp_hashes, "wb") as fh:
         np.save(fh, hashes)
-    sha256 = _sha256_or_none(task.source.path)
+    # The file's first shard hashes the whole file for the manifest; the others would only repeat it.
+    first_part = task.source.span is None or task.source.span[0] == 0
+    sha256 = _sha256_or_none(task.source.path) if first_part else None
     publish(tmp_texts, paths["texts"])
     publish(tmp_hashes, paths["hashes"])
     filters = dict.fromkeys(FILTER_NAMES, 0)
@@ -145,6 +148,7 @@ def _clean(task: CleanTask) -> dict:
         "skipped": log.skipped,
         "stopped_early": log.stopped_early,
         "failed": log.records == 0 and bool(log.skipped),
+        "lines": log.lines,
     }
 
 
