@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Optional
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -56,6 +56,9 @@ class InputError(ValueError):
 class InputFile:
     path: str  # absolute path
     format: str  # jsonl | parquet | wet | warc
+    # Part of the file to read (data_prep/shards.py): byte range [start, end) of a plain JSONL
+    # file (the lines whose first byte lies in it) or row groups [first, last) of a parquet file.
+    span: Optional[tuple[int, int]] = None
 
 
 @dataclass
@@ -67,9 +70,29 @@ class ReadLog:
     skipped: list[dict] = field(default_factory=list)  # {"path", "where", "reason"}
     dropped: Counter = field(default_factory=Counter)  # reader-level filters: too_long, not_html
     stopped_early: bool = False  # the rest of the file could not be read
+    lines: int = 0  # JSONL: newlines read; the next byte-range shard of the file numbers its lines from here
+    relative_lines: bool = False  # a byte-range shard past the file's start: "line N" counts from its start
 
     def skip(self, where: str, reason: str) -> None:
         self.skipped.append({"path": self.path, "where": where, "reason": reason})
+
+    def skip_line(self, line: int, reason: str) -> None:
+        """A bad JSONL line; in a byte-range shard the entry keeps ``line`` for :func:`rebase_lines`."""
+        self.skip(f"line {line}", reason)
+        if self.relative_lines:
+            self.skipped[-1]["line"] = line
+
+
+def rebase_lines(entries: list[dict], first_line: int) -> list[dict]:
+    """Skip entries of a byte-range shard with file line numbers: ``first_line`` lines precede the shard."""
+    out = []
+    for entry in entries:
+        entry = dict(entry)
+        line = entry.pop("line", None)
+        if line is not None:
+            entry["where"] = f"line {line + first_line}"
+        out.append(entry)
+    return out
 
 
 def detect_format(path: str) -> str | None:
@@ -115,10 +138,17 @@ def expand_inputs(cfg: InputConfig) -> list[InputFile]:
 
 
 def read_documents(source: InputFile, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
-    """Batches of document texts from one file; problems go to ``log``, never raise."""
-    readers = {"jsonl": _read_jsonl, "parquet": _read_parquet, "wet": _read_wet, "warc": _read_warc}
+    """Batches of document texts from one file (or its ``span``); problems go to ``log``, never raise."""
+    log.relative_lines = source.span is not None and source.span[0] > 0
     try:
-        yield from readers[source.format](source.path, cfg, log)
+        if source.format == "jsonl":
+            yield from _read_jsonl(source.path, cfg, log, source.span)
+        elif source.format == "parquet":
+            yield from _read_parquet(source.path, cfg, log, source.span)
+        else:
+            if source.span is not None:
+                raise ValueError(f"{source.path}: {source.format} files are read whole, not in spans")
+            yield from {"wet": _read_wet, "warc": _read_warc}[source.format](source.path, cfg, log)
     except OSError as exc:  # cannot open or decompress, or an I/O error the format reader did not catch
         what = "corrupt compressed data" if isinstance(exc, CorruptStream) else "unreadable"
         log.skip("file" if log.records == 0 else f"after record {log.records}", f"{what}: {exc}")
@@ -170,14 +200,62 @@ def _decompressed_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
             raise CorruptStream(f"compressed stream ends early (file cut off at {read} bytes)")
 
 
-def _read_jsonl(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+def _span_chunks(path: str, start: int, end: int, chunk_bytes: int) -> Iterator[bytes]:
+    """The lines of a plain file whose first byte lies in [start, end), chunk by chunk.
+
+    A line belongs to the span holding its first byte, so consecutive spans give every line
+    exactly once, in order: the bytes before the first line start are skipped, and the line
+    running over ``end`` is read to its newline.
+    """
+    with open(path, "rb") as fh:
+        position = 0
+        if start > 0:
+            fh.seek(start - 1)
+            position = start - 1
+            while True:  # a line starts after the first newline at or after start - 1
+                data = fh.read(chunk_bytes)
+                cut = data.find(NEWLINE)
+                if cut >= 0:
+                    position += cut + 1
+                    break
+                position += len(data)
+                if not data or position >= end:
+                    return
+            if position >= end:
+                return
+            fh.seek(position)
+        last = b"\n"
+        while position < end:
+            data = fh.read(min(chunk_bytes, end - position))
+            if not data:
+                return
+            position += len(data)
+            last = data[-1:]
+            yield data
+        while last != NEWLINE:  # finish the line that crosses the span's end
+            data = fh.read(chunk_bytes)
+            if not data:
+                return
+            cut = data.find(NEWLINE)
+            if cut >= 0:
+                yield data[: cut + 1]
+                return
+            yield data
+
+
+def _read_jsonl(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None) -> Iterator[list[str]]:
     """Blocks of whole lines parsed by pyarrow; a block that fails is re-parsed line by line."""
     schema = pa.schema([(cfg.text_key, pa.large_string())])
     parse_options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     line_no = 0  # lines before the current block
     pending = b""
     skipping_long_line = False
-    chunks = _decompressed_chunks(path, cfg.read_block_bytes)
+    if span is None:
+        chunks = _decompressed_chunks(path, cfg.read_block_bytes)
+    elif path.lower().endswith((".gz", ".zst", ".zstd")):
+        raise ValueError(f"{path}: a compressed file cannot be read from a byte offset")
+    else:
+        chunks = _span_chunks(path, span[0], span[1], cfg.read_block_bytes)
     while True:
         try:
             chunk = next(chunks, b"")
@@ -185,22 +263,26 @@ def _read_jsonl(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]
             if log.records == 0 and line_no == 0 and not pending:
                 raise  # nothing readable at all: the file fails
             complete = pending[: pending.rfind(NEWLINE) + 1]
-            where = f"line {line_no + complete.count(NEWLINE) + 1}"
-            log.skip(where, f"corrupt compressed data, rest of file skipped: {exc}")
+            log.skip_line(
+                line_no + complete.count(NEWLINE) + 1, f"corrupt compressed data, rest of file skipped: {exc}"
+            )
             log.stopped_early = True
             chunk, pending = b"", complete
+        end_of_file = not chunk  # (a chunk emptied below by a skipped line's end is not the end)
         if skipping_long_line:
             cut = chunk.find(NEWLINE)
             if cut < 0:
-                if not chunk:
+                if end_of_file:
+                    log.lines = line_no
                     break
                 continue
             chunk, skipping_long_line = chunk[cut + 1 :], False
             line_no += 1
         data = pending + chunk
-        if not chunk:  # end of file (or of its readable part): what is left is the last line
+        if end_of_file:  # end of file (or of its readable part): what is left is the last line
             if data.strip():
                 yield from _parse_jsonl_block(data, line_no, cfg, parse_options, log)
+            log.lines = line_no + data.count(NEWLINE)
             break
         cut = data.rfind(NEWLINE)
         if cut < 0:
@@ -242,7 +324,8 @@ def _parse_jsonl_lines(block: bytes, first_line: int, cfg: InputConfig, log: Rea
     for offset, line in enumerate(block.split(b"\n")):
         if not line.strip():
             continue
-        where = f"line {first_line + offset + 1}"
+        line_no = first_line + offset + 1
+        where = f"line {line_no}"
         if len(line) > cfg.max_record_bytes:
             log.dropped["too_long"] += 1
             continue
@@ -250,24 +333,24 @@ def _parse_jsonl_lines(block: bytes, first_line: int, cfg: InputConfig, log: Rea
             record = json.loads(line)
         except UnicodeDecodeError as exc:
             if cfg.on_decode_error == "skip":
-                log.skip(where, f"undecodable bytes (not UTF-8): {exc.reason} at byte {exc.start}")
+                log.skip_line(line_no, f"undecodable bytes (not UTF-8): {exc.reason} at byte {exc.start}")
                 continue
             record = _loads_or_none(line.decode("utf-8", errors="replace"))
             if record is None:
-                log.skip(where, "invalid JSON")
+                log.skip_line(line_no, "invalid JSON")
                 continue
         except ValueError as exc:
-            log.skip(where, f"invalid JSON: {exc}")
+            log.skip_line(line_no, f"invalid JSON: {exc}")
             continue
         if not isinstance(record, dict):
-            log.skip(where, f"not a JSON object but {type(record).__name__}")
+            log.skip_line(line_no, f"not a JSON object but {type(record).__name__}")
             continue
         text = record.get(cfg.text_key)
         if not isinstance(text, str):
             reason = "missing" if text is None else f"{type(text).__name__}, not a string"
-            log.skip(where, f"key {cfg.text_key!r} is {reason}")
+            log.skip_line(line_no, f"key {cfg.text_key!r} is {reason}")
             continue
-        text = _valid_utf8(text, cfg, log, where)
+        text = _valid_utf8(text, cfg, log, where, line_no)
         if text is not None:
             texts.append(text)
             log.records += 1
@@ -281,14 +364,18 @@ def _loads_or_none(line: str) -> object:
         return None
 
 
-def _valid_utf8(text: str, cfg: InputConfig, log: ReadLog, where: str) -> str | None:
+def _valid_utf8(text: str, cfg: InputConfig, log: ReadLog, where: str, line: int | None = None) -> str | None:
     """JSON may carry lone surrogates (\\ud800) that no UTF-8 file can hold."""
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError as exc:
         if cfg.on_decode_error == "skip":
-            log.skip(where, f"undecodable text: {exc.reason} at character {exc.start}")
+            reason = f"undecodable text: {exc.reason} at character {exc.start}"
+            if line is None:
+                log.skip(where, reason)
+            else:
+                log.skip_line(line, reason)
             return None
         return text.encode("utf-8", errors="replace").decode("utf-8")
 
@@ -296,7 +383,7 @@ def _valid_utf8(text: str, cfg: InputConfig, log: ReadLog, where: str) -> str | 
 # ----------------------------------------------------------------------------- parquet
 
 
-def _read_parquet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+def _read_parquet(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None) -> Iterator[list[str]]:
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
@@ -307,8 +394,9 @@ def _read_parquet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[st
         log.skip("file", f"no column {cfg.text_key!r} (columns: {parquet.schema_arrow.names[:20]})")
         log.stopped_early = True
         return
-    first_row = 0
-    for group in range(parquet.num_row_groups):
+    groups = range(parquet.num_row_groups) if span is None else range(*span)
+    first_row = sum(parquet.metadata.row_group(g).num_rows for g in range(groups.start))  # file row numbers
+    for group in groups:
         rows = parquet.metadata.row_group(group).num_rows
         where = f"row group {group} (rows {first_row}-{first_row + rows - 1})"
         first_row += rows
