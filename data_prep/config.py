@@ -103,7 +103,7 @@ class QualityConfig:
     """Gopher (Rae et al. 2021, App. A) quality and repetition rules; null disables a rule."""
 
     enabled: bool = True
-    sample_chars: int = 2000  # ratio rules read the first N characters; word counts and duplicates read all
+    sample_chars: Optional[int] = 2000  # ratio rules read the first N characters (null: all); see docs/data_prep.md
     min_words: Optional[int] = 50
     max_words: Optional[int] = 100_000
     min_mean_word_length: Optional[float] = 3.0
@@ -112,9 +112,11 @@ class QualityConfig:
     max_bullet_lines_fraction: Optional[float] = 0.9
     max_ellipsis_lines_fraction: Optional[float] = 0.3
     min_alpha_words_fraction: Optional[float] = 0.8  # words with at least one letter
-    min_stop_words: Optional[int] = 2  # of: the be to of and that have with
+    min_stop_words: Optional[int] = 2  # distinct ones of: the be to of and that have with
     max_duplicate_lines_fraction: Optional[float] = 0.3
-    max_duplicate_line_chars_fraction: Optional[float] = 0.2
+    max_duplicate_line_chars_fraction: Optional[float] = 0.2  # of all characters
+    max_duplicate_paragraphs_fraction: Optional[float] = 0.3  # paragraphs: separated by blank lines
+    max_duplicate_paragraph_chars_fraction: Optional[float] = 0.2
     # Gopher's n-gram repetition rules, as [n, max fraction] pairs. Off by default: they cost
     # more CPU than the tokenizer. Gopher's values: [[2, 0.20], [3, 0.18], [4, 0.16]] and
     # [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]] (configs/data_prep/gopher_full.yaml).
@@ -133,6 +135,8 @@ class QualityConfig:
             "min_alpha_words_fraction",
             "max_duplicate_lines_fraction",
             "max_duplicate_line_chars_fraction",
+            "max_duplicate_paragraphs_fraction",
+            "max_duplicate_paragraph_chars_fraction",
         ):
             _fraction(f"clean.quality.{key}", getattr(self, key))
         for key in ("top_ngram_max_char_fraction", "duplicate_ngram_max_char_fraction"):
@@ -149,7 +153,7 @@ class C4Config:
     """C4 / FineWeb-style document rules; null disables a rule."""
 
     enabled: bool = True
-    sample_chars: int = 2000  # the terminal-punctuation rule reads the first N characters (when quality is off)
+    sample_chars: Optional[int] = 2000  # quality off: terminal punctuation reads lines starting in the first N
     drop_lorem_ipsum: bool = True
     drop_curly_brace: bool = False  # C4 drops pages with '{' (code); off by default
     min_terminal_punct_lines_fraction: Optional[float] = 0.12  # lines ending in . ! ? " ...

@@ -9,9 +9,12 @@ tokenizer is the budget (a pipeline worker should spend >= 90% of its time in it
 
 from __future__ import annotations
 
+import operator
 import os
 import re
+import string
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
@@ -34,6 +37,8 @@ FILTER_NAMES = (
     "gopher_ellipsis_lines",
     "gopher_duplicate_lines",
     "gopher_duplicate_line_chars",
+    "gopher_duplicate_paragraphs",
+    "gopher_duplicate_paragraph_chars",
     "gopher_top_ngram",
     "gopher_duplicate_ngram",
     "c4_lorem_ipsum",
@@ -42,21 +47,63 @@ FILTER_NAMES = (
     "exact_dedup",
 )
 
-_BULLETS = ("•", "●", "○", "■", "□", "▪", "▫", "–", "-", "*", "‣", "⁃", "◦")
-_ELLIPSES = ("...", "…")
-_TERMINAL_PUNCT = (".", "!", "?", '"', "”", "…", "'", "’")
-_STOP_WORDS = re.compile(r"\b(?:the|be|to|of|and|that|have|with)\b")
-# A whitespace-delimited word with no letter in it (digits, punctuation, symbols only).
-_NO_LETTER_WORD = re.compile(r"(?<!\S)(?:[^\w\s]|[\d_])+(?!\S)")
-_LOREM = re.compile(r"lorem ipsum", re.IGNORECASE)
-# bytes.translate tables: ASCII whitespace -> " "; other bytes -> "a" (word), or, for the
-# letter table, ASCII letters and every non-ASCII byte -> "a" and the rest deleted.
-_ASCII_SPACE = b" \t\n\r\x0b\x0c"
-_SPACE_OR_WORD = bytes(0x20 if b in _ASCII_SPACE else 0x61 for b in range(256))
-_SPACE_OR_LETTER = _SPACE_OR_WORD
-_NOT_SPACE_OR_LETTER = bytes(
-    b for b in range(128) if b not in _ASCII_SPACE and not (0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A)
+_BULLETS = ("•", "●", "○", "■", "□", "▪", "▫", "–", "-", "*", "‣", "⁃", "◦")  # after leading whitespace
+_ELLIPSES = ("...", "…")  # before trailing whitespace
+# Sentence-final punctuation of many scripts (datatrove's TERMINAL_PUNCTUATION, as FineWeb uses it).
+TERMINAL_PUNCTUATION = frozenset(
+    "!.?"
+    "\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u0839\u083d\u083e\u0964\u0965\u104a"
+    "\u104b\u1362\u1367\u1368\u166e\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945"
+    "\u1aa8\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e\u1c7f\u203c\u203d"
+    "\u2047\u2048\u2049\u2e2e\u2e3c\u2e53\u2e54\u3002\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce"
+    "\ua8cf\ua92f\ua9c8\ua9c9\uaa5d\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff01\uff0e\uff1f"
+    "\uff61\U00010a56\U00010a57\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87"
+    "\U00010f88\U00010f89\U00011047\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142"
+    "\U00011143\U000111c5\U000111c6\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c"
+    "\U000112a9\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc\U000115cd"
+    "\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5\U000115d6\U000115d7"
+    "\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946\U00011a42\U00011a43\U00011a9b"
+    "\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f\U00016af5"
+    "\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f\U0001da88"
 )
+# A line "ends a sentence" when its last character is one of these: FineWeb's set plus closing quotes
+# and the ellipsis character, as C4 counts them (C4: . ! ? " ').
+LINE_END_PUNCTUATION = TERMINAL_PUNCTUATION | frozenset("\"'”’…")
+# A token made only of these is not a word for the word-count and mean-length rules: ASCII
+# punctuation and controls, C1 controls, and the non-ASCII punctuation datatrove lists
+# (datatrove.utils.text.PUNCTUATION_SET, what its GopherQualityFilter uses).
+PUNCTUATION = (
+    frozenset(string.punctuation)
+    | frozenset(map(chr, (*range(0, 9), *range(11, 32), *range(127, 160))))
+    | frozenset(
+        "\xab\xb4\xbb\u2013\u2014\u2019\u201c\u201d\u201e\u2026\u2236\u2501\u25ba\u3001\u3002\u3008"
+        "\u3009\u300a\u300b\u300c\u300d\u3010\u3011\uff01\uff05\uff08\uff09\uff0c\uff0e\uff11\uff1a\uff1b"
+        "\uff1f\uff5e"
+    )
+    | TERMINAL_PUNCTUATION
+)
+_STOP_WORDS = re.compile(r"\b(?:the|be|to|of|and|that|have|with)\b")
+_LOREM = b"lorem ipsum"
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+# What str.split() splits on: ASCII whitespace (with the separators \x1c-\x1f) and these.
+_WHITESPACE_BYTES = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+_NON_ASCII_SPACE = frozenset(c for c in map(chr, range(128, 0x3001)) if c.isspace())
+_NON_ASCII_PUNCTUATION = frozenset(c for c in PUNCTUATION if not c.isascii() and not c.isspace())
+_ASCII_PUNCTUATION_BYTES = bytes(sorted(ord(c) for c in PUNCTUATION if c.isascii() and ord(c) not in _WHITESPACE_BYTES))
+_ASCII_BYTES = bytes(range(128))
+_EXTRA_LINE_BREAKS = ("\x85", "\u2028", "\u2029")  # str.splitlines() also breaks lines there
+# bytes.translate tables over a "class proxy" (see _class_proxy): whitespace -> " ", and
+_TOKEN = bytes(0x20 if b in _WHITESPACE_BYTES else 0x61 for b in range(256))  # anything else -> "a"
+_LETTER = _TOKEN  # letters -> "a", with every byte neither space nor letter deleted (_NOT_LETTER)
+_NOT_LETTER = bytes(
+    b for b in range(128) if b not in _WHITESPACE_BYTES and not (0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A)
+)
+_SYMBOL = bytes(
+    0x20 if b in _WHITESPACE_BYTES else 0x70 if b in _ASCII_PUNCTUATION_BYTES else 0x78 for b in range(256)
+)  # punctuation -> "p", other -> "x"
+_SYMBOL_RUN = re.compile(rb" (p+)(?= )")  # a token of punctuation only, in " " + proxy + " "
+_ASCII_LOWER = bytes(b + 32 if 0x41 <= b <= 0x5A else b for b in range(256))
+_LAST_CHAR = operator.itemgetter(slice(-1, None))
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -122,6 +169,79 @@ def _fasttext_predictor() -> Callable[[str], tuple[str, float]]:
     return predict
 
 
+@dataclass
+class WordCounts:
+    """Whitespace tokens of a text (``str.split()``), counted the way Gopher's rules need them.
+
+    ``tokens``: all tokens; ``words``: tokens with a character that is not punctuation (a lone
+    ``-``, ``|`` or ``—`` is no word); ``alpha``: tokens with a letter (``str.isalpha``);
+    ``chars``: non-whitespace characters; ``punct_only_chars``: characters of the tokens that
+    are not words (computed on demand: it is only needed when the mean word length is close).
+    """
+
+    tokens: int
+    words: int
+    alpha: int
+    chars: int
+    proxy: bytes
+
+    @classmethod
+    def of(cls, text: str, encoded: bytes) -> WordCounts:
+        proxy = _class_proxy(text, encoded)
+        token = proxy.translate(_TOKEN)
+        letters = proxy.translate(_LETTER, _NOT_LETTER)
+        words = proxy.translate(_TOKEN, _ASCII_PUNCTUATION_BYTES)
+        return cls(
+            tokens=token.count(b" a") + (token[:1] == b"a"),
+            words=words.count(b" a") + (words[:1] == b"a"),
+            alpha=letters.count(b" a") + (letters[:1] == b"a"),
+            chars=len(text) - token.count(b" "),
+            proxy=proxy,
+        )
+
+    def punct_only_chars(self) -> int:
+        if self.words == self.tokens:
+            return 0
+        runs = _SYMBOL_RUN.findall(b" " + self.proxy.translate(_SYMBOL) + b" ")
+        return sum(map(len, runs))
+
+
+def _class_proxy(text: str, encoded: bytes) -> bytes:
+    """``encoded`` with each non-ASCII character that is whitespace, punctuation or no letter
+    replaced by one ASCII byte of its class (" ", "!", "0"); what stays non-ASCII is letters.
+
+    The byte-level counts in ``WordCounts`` then classify every character exactly, at the
+    cost of one ``translate`` plus one ``replace`` per distinct such character.
+    """
+    if len(encoded) == len(text):
+        return encoded
+    for char in set(encoded.translate(None, _ASCII_BYTES).decode("utf-8")):
+        if char in _NON_ASCII_SPACE:
+            encoded = encoded.replace(char.encode("utf-8"), b" ")
+        elif char in _NON_ASCII_PUNCTUATION:
+            encoded = encoded.replace(char.encode("utf-8"), b"!")
+        elif not char.isalpha():
+            encoded = encoded.replace(char.encode("utf-8"), b"0")
+    return encoded
+
+
+def head_of(text: str, sample_chars: int | None) -> str:
+    """The first ``sample_chars`` characters (all of it for None)."""
+    return text if sample_chars is None or len(text) <= sample_chars else text[:sample_chars]
+
+
+def whole_lines(text: str, lines: list[str] | None, sample_chars: int | None) -> list[str]:
+    """The lines that start in the first ``sample_chars`` characters, each one whole: a rule
+    about how lines end never sees a line cut in the middle."""
+    if sample_chars is None or len(text) <= sample_chars:
+        return lines if lines is not None else text.split("\n")
+    n = text.count("\n", 0, sample_chars) + 1
+    if lines is not None:
+        return lines[:n]
+    end = text.find("\n", sample_chars)
+    return (text if end < 0 else text[:end]).split("\n")
+
+
 class DocumentFilter:
     """The configured rules, compiled once per worker."""
 
@@ -138,57 +258,54 @@ class DocumentFilter:
 
         Order: the document-size rules, then language (the quality rules are written for the
         kept languages, e.g. English stop words), then the other quality and C4 rules. Ratio
-        rules read the first ``quality.sample_chars`` characters; word counts and duplicate
-        lines cover the whole document.
+        rules read the first ``quality.sample_chars`` characters (line rules: the whole lines
+        that start there); word counts, stop words, duplicates and lorem ipsum read all of it.
         """
         if encoded is None:
             encoded = text.encode("utf-8")
         q = self.quality
-        head, head_encoded = text, encoded
+        lines = head_lines = None
         if q is not None:
-            if len(text) > q.sample_chars:
-                head = text[: q.sample_chars]
-                head_encoded = head.encode("utf-8")
-            space_or_word = head_encoded.translate(_SPACE_OR_WORD)
-            head_words = space_or_word.count(b" a") + 1  # normalized text is stripped: it starts with a word
-            reason = self._gopher_size(encoded, head is text, head_words, q)
+            head = head_of(text, q.sample_chars)
+            head_encoded = encoded if head is text else head.encode("utf-8")
+            counts = WordCounts.of(head, head_encoded)
+            reason = self._gopher_size(text, encoded, counts, head is text, q)
             if reason:
                 return reason
         if self.language is not None and not self.language.keeps(text):
             return "language"
-        lines = head_lines = None
         if q is not None:
-            reason = self._gopher_words(head, head_encoded, space_or_word, head_words, q)
+            reason = self._gopher_words(text, head, counts, q)
             if reason:
                 return reason
             lines = text.split("\n")
-            head_lines = lines if head is text else lines[: head.count("\n") + 1]
-            reason = self._gopher_lines(lines, head_lines, q)
+            head_lines = whole_lines(text, lines, q.sample_chars)
+            reason = self._gopher_lines(text, lines, head_lines, q)
             if reason:
                 return reason
             if self.top_ngrams or self.dup_ngrams:
-                reason = self._gopher_ngrams(text.split()[: q.ngram_max_words])
+                reason = self._gopher_ngrams(text, q.ngram_max_words)
                 if reason:
                     return reason
         if self.c4 is not None:
             if head_lines is None:
-                head = text[: self.c4.sample_chars]
-                head_lines = head.split("\n")
-            reason = self._c4(text, head_lines, self.c4)
+                head_lines = whole_lines(text, None, self.c4.sample_chars)
+            reason = self._c4(text, encoded, head_lines, self.c4)
             if reason:
                 return reason
         return None
 
     @staticmethod
-    def _gopher_size(encoded: bytes, whole: bool, head_words: int, q: QualityConfig) -> str | None:
-        """min/max words, exactly, counting the whole document only when the head cannot decide."""
-        n_words = head_words
+    def _gopher_size(text: str, encoded: bytes, head: WordCounts, whole: bool, q: QualityConfig) -> str | None:
+        """min/max words (tokens with a non-punctuation character), exactly: the whole document
+        is counted only when the head cannot decide."""
+        n_words = head.words
         if not whole:
-            short = q.min_words is not None and head_words < q.min_words
-            maybe_long = q.max_words is not None and len(encoded) >= 2 * q.max_words - 1  # words <= (bytes+1)/2
+            short = q.min_words is not None and head.words < q.min_words
+            maybe_long = q.max_words is not None and len(encoded) >= 2 * q.max_words - 1  # tokens <= (bytes+1)/2
             if not (short or maybe_long):
                 return None
-            n_words = encoded.translate(_SPACE_OR_WORD).count(b" a") + 1
+            n_words = WordCounts.of(text, encoded).words
         if q.min_words is not None and n_words < q.min_words:
             return "gopher_min_words"
         if q.max_words is not None and n_words > q.max_words:
@@ -196,135 +313,175 @@ class DocumentFilter:
         return None
 
     @staticmethod
-    def _gopher_words(text: str, encoded: bytes, space_or_word: bytes, n_words: int, q: QualityConfig) -> str | None:
-        """Word ratio rules on ``text`` (the head). A word is a maximal run of non-ASCII-whitespace bytes."""
-        if q.min_mean_word_length is not None or q.max_mean_word_length is not None:
-            mean = (len(text) - space_or_word.count(b" ")) / n_words  # characters per word
-            if (q.min_mean_word_length is not None and mean < q.min_mean_word_length) or (
-                q.max_mean_word_length is not None and mean > q.max_mean_word_length
-            ):
-                return "gopher_mean_word_length"
+    def _gopher_words(text: str, head: str, counts: WordCounts, q: QualityConfig) -> str | None:
+        """Word ratio rules on the head; stop words on the whole document."""
+        if (q.min_mean_word_length is not None or q.max_mean_word_length is not None) and counts.words:
+            low, high = q.min_mean_word_length, q.max_mean_word_length
+            # Exact when every token is a word; else bounds first: punctuation-only tokens hold at
+            # least one character each and at most every punctuation character.
+            upper = (counts.chars - (counts.tokens - counts.words)) / counts.words
+            lower = (
+                upper
+                if counts.tokens == counts.words
+                else (counts.chars - _punctuation_chars(counts.proxy)) / counts.words
+            )
+            if (low is not None and lower < low) or (high is not None and upper > high):
+                mean = (counts.chars - counts.punct_only_chars()) / counts.words
+                if (low is not None and mean < low) or (high is not None and mean > high):
+                    return "gopher_mean_word_length"
         if q.max_symbol_word_ratio is not None:
-            symbols = 0
-            for symbol in ("#", "...", "\u2026"):
-                if symbol in text:
-                    symbols += text.count(symbol)
-            if symbols / n_words > q.max_symbol_word_ratio:
+            limit = q.max_symbol_word_ratio * counts.tokens
+            if head.count("#") > limit or head.count("...") + head.count("\u2026") > limit:
                 return "gopher_symbol_word_ratio"
         if q.min_stop_words:
-            found = 0
-            for _ in _STOP_WORDS.finditer(text):
-                found += 1
-                if found >= q.min_stop_words:
+            found = set()  # distinct stop words: "the the" is one
+            for match in _STOP_WORDS.finditer(text):
+                found.add(match.group())
+                if len(found) >= q.min_stop_words:
                     break
-            if found < q.min_stop_words:
+            else:
                 return "gopher_stop_words"
         if q.min_alpha_words_fraction is not None:
-            # Delete the bytes that are neither space nor letter: words without a letter vanish.
-            letters = encoded.translate(_SPACE_OR_LETTER, _NOT_SPACE_OR_LETTER)
-            alpha_words = letters.count(b" a") + (letters[:1] == b"a")
-            if alpha_words / n_words < q.min_alpha_words_fraction:
+            if counts.alpha < q.min_alpha_words_fraction * counts.tokens:
                 return "gopher_alpha_words"
         return None
 
     @staticmethod
-    def _gopher_lines(lines: list[str], head_lines: list[str], q: QualityConfig) -> str | None:
-        """Line rules: fractions of the head's non-blank lines; duplicates over the whole document."""
-        n_head = len(head_lines) - head_lines.count("")
-        if n_head == 0:
-            return None
+    def _gopher_lines(text: str, lines: list[str], head_lines: list[str], q: QualityConfig) -> str | None:
+        """Bullet and ellipsis lines: fractions of the head's lines, blank ones included (as
+        datatrove and dolma count them); duplicate lines and paragraphs over the whole document."""
+        if not text.isascii() and any(map(text.__contains__, _EXTRA_LINE_BREAKS)):
+            gopher_lines = "\n".join(head_lines).splitlines()
+        else:
+            gopher_lines = head_lines
+        n_head = len(gopher_lines)
         if q.max_bullet_lines_fraction is not None:
-            if sum(map(str.startswith, head_lines, repeat(_BULLETS))) / n_head > q.max_bullet_lines_fraction:
+            bullets = sum(map(str.startswith, map(str.lstrip, gopher_lines), repeat(_BULLETS)))
+            if bullets > q.max_bullet_lines_fraction * n_head:
                 return "gopher_bullet_lines"
         if q.max_ellipsis_lines_fraction is not None:
-            if sum(map(str.endswith, head_lines, repeat(_ELLIPSES))) / n_head > q.max_ellipsis_lines_fraction:
+            ellipses = sum(map(str.endswith, map(str.rstrip, gopher_lines), repeat(_ELLIPSES)))
+            if ellipses > q.max_ellipsis_lines_fraction * n_head:
                 return "gopher_ellipsis_lines"
-        if q.max_duplicate_lines_fraction is not None or q.max_duplicate_line_chars_fraction is not None:
-            n_lines = len(lines) - lines.count("") if lines is not head_lines else n_head
-            unique = set(lines)
-            unique.discard("")
-            if len(unique) < n_lines:
-                if q.max_duplicate_lines_fraction is not None:
-                    if (n_lines - len(unique)) / n_lines > q.max_duplicate_lines_fraction:
-                        return "gopher_duplicate_lines"
-                if q.max_duplicate_line_chars_fraction is not None:
-                    seen: set[str] = set()
-                    dup_chars = 0
-                    for line in lines:
-                        if line in seen:
-                            dup_chars += len(line)
-                        else:
-                            seen.add(line)
-                    if dup_chars / sum(map(len, lines)) > q.max_duplicate_line_chars_fraction:
-                        return "gopher_duplicate_line_chars"
+        paragraph_rules = (
+            q.max_duplicate_paragraphs_fraction is not None or q.max_duplicate_paragraph_chars_fraction is not None
+        )
+        if not (
+            paragraph_rules
+            or q.max_duplicate_lines_fraction is not None
+            or q.max_duplicate_line_chars_fraction is not None
+        ):
+            return None
+        n_lines = len(lines) - lines.count("")  # runs of newlines separate lines (datatrove: "\n+")
+        unique = set(lines)
+        unique.discard("")
+        if len(unique) == n_lines:
+            return None  # no line repeats, so no paragraph does either
+        if q.max_duplicate_lines_fraction is not None:
+            if n_lines - len(unique) > q.max_duplicate_lines_fraction * n_lines:
+                return "gopher_duplicate_lines"
+        if q.max_duplicate_line_chars_fraction is not None:
+            if _duplicate_chars(lines) > q.max_duplicate_line_chars_fraction * len(text):
+                return "gopher_duplicate_line_chars"
+        if paragraph_rules and "\n\n" in text:
+            paragraphs = _PARAGRAPH_BREAK.split(text) if "\n\n\n" in text else text.split("\n\n")
+            unique = set(paragraphs)
+            if len(unique) < len(paragraphs):
+                if q.max_duplicate_paragraphs_fraction is not None:
+                    if len(paragraphs) - len(unique) > q.max_duplicate_paragraphs_fraction * len(paragraphs):
+                        return "gopher_duplicate_paragraphs"
+                if q.max_duplicate_paragraph_chars_fraction is not None:
+                    if _duplicate_chars(paragraphs) > q.max_duplicate_paragraph_chars_fraction * len(text):
+                        return "gopher_duplicate_paragraph_chars"
         return None
 
-    def _gopher_ngrams(self, words: list[str]) -> str | None:
+    def _gopher_ngrams(self, text: str, max_words: int) -> str | None:
         """Gopher's n-gram repetition rules on 64-bit rolling hashes of word n-grams (numpy).
 
-        Top n-gram: characters of the most frequent n-gram times its count. Duplicate n-grams:
-        characters of words covered by a second or later occurrence of an n-gram, each once.
-        Characters are word characters (whitespace is not counted).
+        Over the first ``max_words`` whitespace tokens; fractions of the characters those span.
+        Top n-gram: characters of the most frequent n-gram (words joined by single spaces; the
+        first one in the text among equally frequent ones) times its count. Duplicate n-grams:
+        characters of the words covered by a second or later occurrence of an n-gram, each once.
         """
+        words = text.split(None, max_words)
+        if len(words) > max_words:
+            span = len(text) - len(words.pop())  # characters up to the window's last word (and the space after)
+        else:
+            span = len(text)
         n_words = len(words)
-        if n_words < 2:
+        if n_words == 0:
             return None
         lengths = np.fromiter(map(len, words), dtype=np.int64, count=n_words)
         ids = np.fromiter(map(hash, words), dtype=np.int64, count=n_words).view(np.uint64)
-        total_chars = int(lengths.sum())
-        if total_chars == 0:
-            return None
         max_n = max([*self.top_ngrams, *self.dup_ngrams])
         grams = ids.copy()
         gram_chars = lengths.copy()
-        for n in range(2, max_n + 1):
+        for n in range(1, max_n + 1):
             if n > n_words:
                 break
-            grams = grams[:-1] * _HASH_MULT + ids[n - 1 :]
-            gram_chars = gram_chars[:-1] + lengths[n - 1 :]
+            if n > 1:
+                grams = grams[:-1] * _HASH_MULT + ids[n - 1 :]
+                gram_chars = gram_chars[:-1] + lengths[n - 1 :]
             top_limit = self.top_ngrams.get(n)
             dup_limit = self.dup_ngrams.get(n)
             if top_limit is None and dup_limit is None:
                 continue
-            order = np.argsort(grams, kind="stable")
+            order = np.argsort(grams, kind="stable")  # equal n-grams stay in text order
             ordered = grams[order]
             same_as_next = ordered[1:] == ordered[:-1]
-            if not same_as_next.any():
-                continue
             if top_limit is not None:
                 starts = np.flatnonzero(np.concatenate(([True], ~same_as_next)))
                 counts = np.diff(np.append(starts, len(ordered)))
-                best = int(np.argmax(counts))
-                top_chars = int(counts[best]) * int(gram_chars[order[starts[best]]])
-                if top_chars / total_chars > top_limit:
+                firsts = order[starts]  # where each distinct n-gram first occurs
+                most = counts == counts.max()
+                first = int(firsts[most].min())
+                top_chars = int(counts.max()) * (int(gram_chars[first]) + n - 1)
+                if top_chars > top_limit * span:
                     return "gopher_top_ngram"
-            if dup_limit is not None:
+            if dup_limit is not None and same_as_next.any():
                 repeated = np.zeros(len(ordered), dtype=bool)
-                repeated[1:] = same_as_next  # every occurrence after the first (stable sort: text order)
+                repeated[1:] = same_as_next  # every occurrence after the first
                 covered = np.zeros(n_words + 1, dtype=np.int64)  # words covered by a repeated n-gram
                 starts_in_text = order[repeated]
                 np.add.at(covered, starts_in_text, 1)
                 np.add.at(covered, starts_in_text + n, -1)
                 mask = np.cumsum(covered[:-1]) > 0
-                if int(lengths[mask].sum()) / total_chars > dup_limit:
+                if int(lengths[mask].sum()) > dup_limit * span:
                     return "gopher_duplicate_ngram"
         return None
 
     @staticmethod
-    def _c4(text: str, head_lines: list[str], c: C4Config) -> str | None:
-        """lorem ipsum and curly braces anywhere; terminal punctuation over the head's lines."""
-        if c.drop_lorem_ipsum and ("psum" in text or "PSUM" in text[:2000]) and _LOREM.search(text):
-            return "c4_lorem_ipsum"
+    def _c4(text: str, encoded: bytes, head_lines: list[str], c: C4Config) -> str | None:
+        """lorem ipsum (any case) and curly braces anywhere; terminal punctuation over the head's
+        whole lines, blank ones not counted (FineWeb's line_punct_ratio)."""
+        if c.drop_lorem_ipsum and _LOREM in encoded.translate(_ASCII_LOWER):
+            return "c4_lorem_ipsum"  # only ASCII letters lower-case to the letters of "lorem ipsum"
         if c.drop_curly_brace and "{" in text:
             return "c4_curly_brace"
         if c.min_terminal_punct_lines_fraction is not None:
-            lines = head_lines
-            n_lines = len(lines) - lines.count("")
+            n_lines = len(head_lines) - head_lines.count("") - sum(map(str.isspace, head_lines))
             if n_lines:
-                ending = sum(map(str.endswith, lines, repeat(_TERMINAL_PUNCT)))
-                if ending / n_lines < c.min_terminal_punct_lines_fraction:
+                ending = sum(map(LINE_END_PUNCTUATION.__contains__, map(_LAST_CHAR, head_lines)))
+                if ending < c.min_terminal_punct_lines_fraction * n_lines:
                     return "c4_terminal_punct"
         return None
+
+
+def _punctuation_chars(proxy: bytes) -> int:
+    """Punctuation characters in the text a class proxy was made from (all are one byte there)."""
+    return len(proxy) - len(proxy.translate(None, _ASCII_PUNCTUATION_BYTES))
+
+
+def _duplicate_chars(parts: list[str]) -> int:
+    """Characters of every part that repeats an earlier one (datatrove's find_duplicates)."""
+    seen: set[str] = set()
+    duplicate = 0
+    for part in parts:
+        if part in seen:
+            duplicate += len(part)
+        else:
+            seen.add(part)
+    return duplicate
 
 
 def offline_env() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from data_prep.config import C4Config, CleanConfig, LanguageConfig, QualityConfig, SplitConfig
 from data_prep.dedup import assign, first_occurrences, sample_rows
-from data_prep.filters import DocumentFilter, LanguageFilter
+from data_prep.filters import PUNCTUATION, DocumentFilter, LanguageFilter, WordCounts, whole_lines
 from data_prep.normalize import normalize_encoded, normalize_text
 from data_prep.writer import DROP, TRAIN, VALID
 from tests.data_prep_fixtures import FOREIGN, SENTENCES, english_doc
@@ -81,11 +82,151 @@ def test_each_rule_on_a_planted_document(text, rule):
     assert no_language()(normalize_text(text)) == rule
 
 
-def test_stop_words_rule_counts_occurrences():
+def only(**rule) -> DocumentFilter:
+    """A filter with just the given quality rule(s) on, no language ID, no C4 rules."""
+    off = {f: None for f in QUALITY_THRESHOLDS}
+    return DocumentFilter(
+        CleanConfig(
+            language=LanguageConfig(enabled=False),
+            quality=QualityConfig(**{**off, **rule}),
+            c4=C4Config(enabled=False),
+        )
+    )
+
+
+def c4_only(**rule) -> DocumentFilter:
+    off = dict(drop_lorem_ipsum=False, drop_curly_brace=False, min_terminal_punct_lines_fraction=None)
+    return DocumentFilter(
+        CleanConfig(
+            language=LanguageConfig(enabled=False), quality=QualityConfig(enabled=False), c4=C4Config(**{**off, **rule})
+        )
+    )
+
+
+QUALITY_THRESHOLDS = [
+    "min_words",
+    "max_words",
+    "min_mean_word_length",
+    "max_mean_word_length",
+    "max_symbol_word_ratio",
+    "max_bullet_lines_fraction",
+    "max_ellipsis_lines_fraction",
+    "min_alpha_words_fraction",
+    "min_stop_words",
+    "max_duplicate_lines_fraction",
+    "max_duplicate_line_chars_fraction",
+    "max_duplicate_paragraphs_fraction",
+    "max_duplicate_paragraph_chars_fraction",
+]
+
+
+def test_stop_words_rule_needs_two_distinct_stop_words():
     text = normalize_text(GOOD.replace(" the ", " a ").replace("The ", "A "))
     assert no_language()(text) is None  # still has "to", "of", "and", ...
     only_one = normalize_text("The " + "alpha beta gamma delta. " * 20)
     assert no_language()(only_one) == "gopher_stop_words"
+    rule = only(min_stop_words=2)
+    # "the" 30 times is one distinct stop word (Gopher, datatrove: a set of words), not 30.
+    assert rule("the red fox jumps over the fence " * 15) == "gopher_stop_words"
+    assert rule("the red fox jumps over the fence and runs " * 15) is None
+    assert rule("The red fox jumps. And the cat sleeps.") == "gopher_stop_words"  # case-sensitive, as datatrove
+    # Looked for in the whole document, not only in the first sample_chars characters.
+    late = "alpha beta gamma delta " * 200 + "the cat and the dog"
+    assert len(late) > 4000 and rule(late) is None
+    assert rule("alpha beta gamma delta " * 200 + "the cat") == "gopher_stop_words"
+
+
+def test_terminal_punctuation_judges_whole_lines_when_quality_is_off():
+    """A long single-line document (a KJV chapter is one line) is never judged on a cut line."""
+    rule = c4_only(min_terminal_punct_lines_fraction=0.12)
+    chapter = " ".join(SENTENCES)  # 2377 characters, one line, ends with "."
+    assert len(chapter) > C4Config().sample_chars and rule(chapter) is None
+    assert whole_lines(chapter, None, 2000) == [chapter]
+    # The window's last line is judged whole: 1 of 2 lines ends a sentence (0.5 >= 0.12).
+    two = "x" * 1990 + "\n" + chapter
+    assert whole_lines(two, None, 2000) == ["x" * 1990, chapter] and rule(two) is None
+    # 9 lines without end punctuation and one with: 0.1 < 0.12 drops, over whole lines.
+    lines = "\n".join([s.rstrip(".") for s in SENTENCES[:9]] + [chapter])
+    assert rule(lines) == "c4_terminal_punct"
+    assert rule("\n".join([s.rstrip(".") for s in SENTENCES[:7]] + [chapter])) is None  # 1/8 = 0.125
+    # The same verdicts with quality on (its own window) and with the window off.
+    assert DocumentFilter(CleanConfig(language=LanguageConfig(enabled=False)))(chapter) is None
+    assert c4_only(min_terminal_punct_lines_fraction=0.12, sample_chars=None)(lines) == "c4_terminal_punct"
+
+
+def test_lorem_ipsum_anywhere_in_any_case():
+    rule = c4_only(drop_lorem_ipsum=True)
+    filler = " ".join(SENTENCES)  # 2377 characters
+    for late in ("LOREM IPSUM dolor sit amet.", "Lorem IpSum dolor sit amet.", "lorem ipsum"):
+        assert rule(filler + "\n" + late) == "c4_lorem_ipsum", late
+    assert rule(filler + "\nLorem  ipsum, dolor.") is None  # two spaces: not the phrase (C4: "lorem ipsum")
+    assert rule(filler) is None
+
+
+def test_alpha_words_need_a_real_letter():
+    rule = only(min_alpha_words_fraction=0.8)
+    prose = " ".join(SENTENCES[0].split()[:12])  # 12 words with letters
+    # 12 of 15 tokens have a letter: 0.8 keeps; 12 of 16: 0.75 drops. Symbols are no letters.
+    for symbol in ("\u2014", "\u20ac5", "\u00a9", "\u00bd", "\U0001f600", "--"):
+        assert rule(prose + f" {symbol}" * 3) is None, symbol
+        assert rule(prose + f" {symbol}" * 4) == "gopher_alpha_words", symbol
+    # Letters of any script count.
+    assert rule(prose + " \u0416\u0416 \u00e9t\u00e9 \u4e2d\u6587 \u0928\u092e\u0938\u094d\u0924\u0947") is None
+
+
+def test_word_counts_match_whitespace_tokens():
+    """Tokens are str.split() tokens (NBSP and other Unicode spaces separate words); a token of
+    punctuation only is no word; every count is exact, non-ASCII text included."""
+    rng = random.Random(0)
+    alphabet = [*"ab Z1_-.,!#|\t\n  ", "\xa0", "\u2003", "\u2014", "\u2019", "\u00e9", "\u0416", "\U0001f630"]
+    alphabet += ["\u00a9", "\u00bd", "\u3002", "\x85", "\u2028", "\u4e2d", "\u0301"]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        tokens = text.split()
+        words = [w for w in tokens if any(c not in PUNCTUATION for c in w)]
+        counts = WordCounts.of(text, text.encode())
+        assert (counts.tokens, counts.words, counts.alpha, counts.chars) == (
+            len(tokens),
+            len(words),
+            sum(any(c.isalpha() for c in w) for w in tokens),
+            sum(map(len, tokens)),
+        ), repr(text)
+        assert counts.punct_only_chars() == sum(len(w) for w in tokens if w not in words), repr(text)
+    rule = only(min_words=5)
+    assert rule("one two three four | \u2014 -") == "gopher_min_words"  # 4 words, 7 tokens
+    assert rule("one\xa0two\xa0three\xa0four\xa0five") is None  # NBSP separates words
+
+
+def test_symbol_ratio_counts_hashes_and_ellipses_separately():
+    rule = only(max_symbol_word_ratio=0.1)
+    words = " ".join(["word"] * 100)
+    assert rule(words + " #" * 10 + " ..." * 10) is None  # 10/120 each: Gopher's "either" rule
+    assert rule(words + " #x" * 14) == "gopher_symbol_word_ratio"  # 14/114
+    assert rule(words + " wait\u2026" * 8 + " then..." * 6) == "gopher_symbol_word_ratio"  # 14/114
+
+
+def test_line_rules_count_blank_lines_and_indented_bullets():
+    bullets = only(max_bullet_lines_fraction=0.9)
+    items = [f"  \u2022 {s}" for s in SENTENCES[:10]]  # indented bullets count
+    assert bullets("\n".join(items)) == "gopher_bullet_lines"
+    assert bullets("\n\n".join(items)) is None  # 10 of 19 lines (blank ones count, as in datatrove)
+    ellipsis = only(max_ellipsis_lines_fraction=0.3)
+    lines = [s[:-1] + "... " for s in SENTENCES[:4]] + SENTENCES[4:10]  # trailing space ignored
+    assert ellipsis("\n".join(lines)) == "gopher_ellipsis_lines"  # 4/10
+    assert ellipsis("\n\n".join(lines)) is None  # 4/19
+
+
+def test_duplicate_paragraph_rules():
+    paragraphs = only(max_duplicate_paragraphs_fraction=0.3)
+    chars = only(max_duplicate_paragraph_chars_fraction=0.2)
+    share = "Share this page"
+    body = ["\n".join(SENTENCES[i : i + 3]) for i in range(0, 18, 3)]  # 6 three-line paragraphs
+    text = "\n\n".join([share, *body[:2], share, *body[2:4], share])  # 2 of 7 paragraphs repeat
+    assert paragraphs(text) is None and chars(text) is None
+    text = "\n\n".join([share, body[0], share, body[1], share])  # 2 of 5: 0.4
+    assert paragraphs(text) == "gopher_duplicate_paragraphs" and chars(text) is None
+    assert chars("\n\n".join([*body[:3], body[0]])) == "gopher_duplicate_paragraph_chars"  # ~1/4 of chars
+    assert only(max_duplicate_lines_fraction=0.3)("\n\n".join([*body[:3], body[0]])) is None  # 3 of 12 lines
 
 
 def test_rules_can_be_disabled_and_curly_brace_is_opt_in():
