@@ -235,13 +235,15 @@ class TokenizerConfig:
 class SplitConfig:
     """Train/valid split by document: a keyed hash of the text, so it is stable across reruns."""
 
-    valid_fraction: float = 0.01
-    min_valid_documents: int = 1  # moved from train (smallest keys first) when the hash gives fewer
+    valid_fraction: float = 0.01  # 0: no validation split at all (no valid.bin, manifest "valid" prefixes [])
+    min_valid_documents: int = 1  # moved from train (smallest keys first) when the hash gives fewer; not at 0
     seed: int = 1234
 
     def __post_init__(self) -> None:
         _fraction("split.valid_fraction", self.valid_fraction)
         _at_least("split.min_valid_documents", self.min_valid_documents, 0)
+        if self.valid_fraction == 0:
+            self.min_valid_documents = 0  # no validation split: nothing is topped up (the manifest shows 0)
 
 
 @dataclass

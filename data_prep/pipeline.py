@@ -441,7 +441,7 @@ def _stage_tokenize_and_merge(pool, shards, assignments, tokenizer_file, cfg, ou
         "dtype": np.dtype(dtype).name,
         "documents": merger.documents,
         "tokens": merger.tokens,
-        "prefixes": {split: os.path.relpath(prefixes[split], out) for split in SPLITS},
+        "prefixes": {split: [os.path.relpath(p, out) for p in merger.prefixes(split)] for split in SPLITS},
     }
 
 
@@ -477,12 +477,12 @@ def _manifest(cfg: DataPrepConfig, shards, state: RunState, assignments, tokeniz
     return {
         "format_version": FORMAT_VERSION,
         "train": {
-            "prefixes": [merge["prefixes"]["train"]],
+            "prefixes": merge["prefixes"]["train"],  # [] when the split has no document
             "documents": merge["documents"]["train"],
             "tokens": merge["tokens"]["train"],
         },
         "valid": {
-            "prefixes": [merge["prefixes"]["valid"]],
+            "prefixes": merge["prefixes"]["valid"],  # [] when the split has no document
             "documents": merge["documents"]["valid"],
             "tokens": merge["tokens"]["valid"],
         },

@@ -148,13 +148,27 @@ class DatasetMerger:
             self.tokens[split] += len(tokens)
 
     def finalize(self) -> None:
-        """Write the .idx files, then move .bin and .idx into place."""
+        """Write the .idx files, then move .bin and .idx into place.
+
+        A split without documents gets no files (Megatron's ``IndexedDataset`` cannot map an
+        empty ``.bin``), and files an earlier run left under its prefix are removed.
+        """
         for split, builder in self.builders.items():
             prefix = self.out_prefixes[split]
+            if not self.documents[split]:
+                builder.data_file.close()
+                for path in (self.tmp_bins[split], prefix + ".bin", prefix + ".idx"):
+                    if os.path.exists(path):
+                        os.unlink(path)
+                continue
             tmp_idx = tmp_path(prefix + ".idx")
             builder.finalize(tmp_idx)
             publish(self.tmp_bins[split], prefix + ".bin")
             publish(tmp_idx, prefix + ".idx")
+
+    def prefixes(self, split: str) -> list[str]:
+        """The dataset prefixes written for ``split``: none when it has no documents."""
+        return [self.out_prefixes[split]] if self.documents[split] else []
 
     def abort(self) -> None:
         for split, builder in self.builders.items():

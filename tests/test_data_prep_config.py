@@ -87,3 +87,54 @@ def test_cli_flag_form_runs(tmp_path, capsys):
     rerun = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0}  # --restart dropped .work
     assert {k: v for k, v in rerun.items() if k != "run"} == {k: v for k, v in manifest.items() if k != "run"}
+
+
+def test_split_config_valid_fraction_zero_means_no_valid_split():
+    cfg = load_data_prep_config(None, ["input.paths=[x]", "split.valid_fraction=0"])
+    assert cfg.split.min_valid_documents == 0  # nothing is topped up from train
+    cfg = load_data_prep_config(None, ["input.paths=[x]", "split.valid_fraction=0.001"])
+    assert cfg.split.min_valid_documents == 1
+
+
+def test_no_valid_split_writes_no_valid_files(tmp_path):
+    """valid_fraction=0: no valid.bin/.idx (Megatron cannot map an empty one), manifest "valid"
+    lists no prefix, a stale valid.bin from an earlier run is removed, and training falls back to
+    data.split of the train blend."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from data_prep.api import build_from_texts
+    from tests.conftest import tiny_config
+    from training.data import dataset_config, tokenizer_info
+
+    texts = [english_doc(i) for i in range(12)]
+    out = tmp_path / "demo"
+    first = build_from_texts(texts, out, vocab_size=400, workers=0, valid_fraction=0.2, filters=False)
+    assert first["valid"]["prefixes"] == ["valid"] and first["valid"]["documents"] >= 1
+    assert (out / "valid.bin").exists()
+    m = build_from_texts(texts, out, vocab_size=400, workers=0, valid_fraction=0.0, filters=False)
+    assert m["valid"] == {"prefixes": [], "documents": 0, "tokens": 0}
+    assert m["train"]["prefixes"] == ["train"] and m["train"]["documents"] == 12
+    assert m["config"]["split"]["min_valid_documents"] == 0
+    assert not (out / "valid.bin").exists() and not (out / "valid.idx").exists()
+    assert len(IndexedDataset(str(out / "train"))) == 12
+    # A split the hash leaves empty (min_valid_documents=0) is not written either.
+    m = build_from_texts(
+        texts[:3],
+        tmp_path / "few",
+        vocab_size=400,
+        workers=0,
+        valid_fraction=0.01,
+        filters=False,
+        overrides=["split.min_valid_documents=0"],
+    )
+    assert m["valid"] == {"prefixes": [], "documents": 0, "tokens": 0} and m["train"]["documents"] == 3
+    assert sorted(p.name for p in (tmp_path / "few").glob("*.bin")) == ["train.bin"]
+    cfg = tiny_config(f"data.manifest={out}", "data.mock=false")
+    config = dataset_config(cfg, tokenizer_info(cfg), None)
+    assert config.blend == ([str(out / "train")], None) and config.blend_per_split is None
+    assert config.split == cfg.data.split == "98,2,0"
+    (out / "manifest.json").write_text(
+        json.dumps({**m, "train": {"prefixes": [], "documents": 0, "tokens": 0}, "tokenizer": m["tokenizer"]})
+    )
+    with pytest.raises(ValueError, match=r'data.manifest: .* has no training data \("train": \{"prefixes": \[\]\}\)'):
+        dataset_config(cfg, tokenizer_info(cfg), None)

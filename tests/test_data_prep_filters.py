@@ -288,9 +288,11 @@ def test_first_occurrences_and_assignment():
     unique = rng.integers(0, 256, size=(6, 16), dtype=np.uint8)
     hashes = unique[[0, 1, 2, 1, 3, 0, 4, 5, 5]]
     assert first_occurrences(hashes).tolist() == [True, True, True, False, True, False, True, True, False]
-    split = SplitConfig(valid_fraction=0.0, min_valid_documents=2, seed=1)
+    split = SplitConfig(valid_fraction=1e-12, min_valid_documents=2, seed=1)  # topped up to 2 from train
     assignment = assign(hashes, dedup=True, cfg=split)
     assert (assignment == DROP).sum() == 3 and (assignment == VALID).sum() == 2 and (assignment == TRAIN).sum() == 4
+    no_valid = assign(hashes, dedup=True, cfg=SplitConfig(valid_fraction=0.0, min_valid_documents=2))
+    assert (no_valid == VALID).sum() == 0 and (no_valid == TRAIN).sum() == 6  # fraction 0: no valid split
     assert assign(hashes, dedup=True, cfg=split).tolist() == assignment.tolist()  # deterministic
     other_seed = assign(hashes, dedup=True, cfg=SplitConfig(valid_fraction=0.5, seed=2))
     assert set(other_seed[assignment == DROP].tolist()) == {DROP}

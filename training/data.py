@@ -123,6 +123,9 @@ def dataset_config(cfg: RunConfig, tokenizer: TokenizerInfo, cache_dir: Optional
     train_w, valid_w = d.train_weights, d.valid_weights
     if d.manifest:
         m = read_manifest(d.manifest)
+        if not m.train_prefixes:
+            raise ValueError(f'data.manifest: {m.path} has no training data ("train": {{"prefixes": []}})')
+        # A manifest without valid prefixes (data_prep split.valid_fraction=0): data.split of the train blend.
         train, valid, train_w, valid_w = m.train_prefixes, m.valid_prefixes, None, None
     _check_prefixes(train, "data.train_prefixes")
     _check_prefixes(valid, "data.valid_prefixes")
