@@ -137,9 +137,30 @@ def build_model(
     )
     if patched:
         patches.attach(model, resolved)
+    if placement.device != "cuda":
+        _rope_on_cpu(model)
     if placement.device == "cuda":
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def _rope_on_cpu(model: GPTModel) -> None:
+    """megatron-core 0.16.1's ``RotaryEmbedding.get_emb`` moves its frequencies to
+    ``torch.cuda.current_device()`` unconditionally; on CPU the same table is computed where
+    the frequencies are (its own ``get_freqs_non_repeated``, then the same layout)."""
+    rope = getattr(model, "rotary_pos_emb", None)
+    if rope is None:
+        return
+
+    def get_emb(max_seq_len: int, offset: int = 0) -> torch.Tensor:
+        freqs = rope.get_freqs_non_repeated(max_seq_len, offset)
+        if rope.rotary_interleaved:
+            emb = torch.stack((freqs.view(-1, 1), freqs.view(-1, 1)), dim=-1).view(freqs.shape[0], -1)
+        else:
+            emb = torch.cat((freqs, freqs), dim=-1)
+        return emb[:, None, None, :]
+
+    rope.get_emb = get_emb
 
 
 def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:

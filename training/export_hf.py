@@ -1,0 +1,229 @@
+"""Export a run's checkpoint to a Hugging Face folder and prove it computes the same function.
+
+    python -m training.export_hf RUN_DIR --out DIR [--step N] [--parity-sequences 8]
+
+Writes ``DIR`` (``config.json``, ``model.safetensors``, tokenizer files, ``export.json``)
+that ``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
+load with no custom code. The multipliers are folded into the weights (training/hf_layout.py);
+``export.json`` records the folds and a parity check on the run's held-out tokens: the
+megatron model (patched, from the same checkpoint) and the exported model, float32, same
+tokens: the largest logit difference relative to the largest logit, and the loss difference.
+
+The folder is built under ``DIR.partial`` and renamed when complete, so ``DIR`` is either
+absent, the previous export, or this one. Exit codes: 0 exported and parity met; 1 parity
+not met (the folder is written, ``export.json`` says ``"passed": false``); 2 the run cannot
+be exported (the message names the config key or file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from runconfig import atomic_write_text, load_config
+from runconfig.run_dir import CONFIG_FILE, RunDirError
+from runconfig.schema import RunConfig
+from training.full_state import find_checkpoint, read_full_state, single_rank_config
+from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
+from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
+
+EXPORT_FILE = "export.json"
+EXPORT_FORMAT_VERSION = 1
+LOGIT_RTOL = 1e-4  # max |logit difference| / max |logit|, float32
+LOSS_ATOL = 1e-5  # nats
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing (not a run directory, or the run never started)")
+    return load_config(RunConfig, path)
+
+
+def _tokenizer_source(cfg: RunConfig) -> tuple[Optional[str], int, int]:
+    """(tokenizer file or None for mock data, vocabulary size, end-of-document id)."""
+    from training.data import read_manifest, tokenizer_info
+
+    info = tokenizer_info(cfg)
+    if cfg.data.manifest:
+        return read_manifest(cfg.data.manifest).tokenizer_path, info.vocab_size, info.eod
+    return cfg.data.tokenizer, info.vocab_size, info.eod
+
+
+def _heldout_batch(cfg: RunConfig, sequences: int) -> dict[str, torch.Tensor]:
+    """The first ``sequences`` held-out samples the run evaluated on (training/data.py)."""
+    from training.data import BatchPlan, build_datasets, eval_micro_batches
+
+    with tempfile.TemporaryDirectory() as cache:
+        data = build_datasets(cfg, cache)
+        g = cfg.training.global_batch_size
+        plan = BatchPlan(g, g, 1, 0)
+        batch = eval_micro_batches(data.valid, plan, max(1, -(-sequences // g)))
+    merged = {k: torch.cat([b[k] for b in batch])[:sequences] for k in batch[0]}
+    return merged
+
+
+def _token_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> float:
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    nll = -logp.gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)
+    mask = batch["loss_mask"].double()
+    return float((nll * mask).sum() / mask.sum())
+
+
+def logit_parity(cfg: RunConfig, state: dict[str, torch.Tensor], vocab_rows: int, hf_model, batch) -> dict[str, Any]:
+    """Megatron (patched, TP=1) vs the exported model on the same tokens, float32."""
+    from training.model import Placement, build_model
+
+    megatron_model = build_model(single_rank_config(cfg), vocab_rows, Placement(initialize=False))
+    missing, unexpected = megatron_model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise RunDirError(f"checkpoint tensors do not match the run's model: missing {missing}, extra {unexpected}")
+    megatron_model.eval()
+    hf_model.eval()
+    with torch.no_grad():
+        ours = megatron_model(batch["tokens"], batch["position_ids"], None).float()
+        theirs = hf_model(input_ids=batch["tokens"]).logits.float()
+    diff = float((ours - theirs).abs().max())
+    scale = float(ours.abs().max())
+    loss_ours, loss_theirs = _token_loss(ours, batch), _token_loss(theirs, batch)
+    rel = diff / scale if scale > 0 else diff
+    return {
+        "sequences": int(batch["tokens"].shape[0]),
+        "tokens": int(batch["loss_mask"].sum()),
+        "max_abs_logit_diff": diff,
+        "max_abs_logit": scale,
+        "max_rel_logit_diff": rel,
+        "loss_megatron": loss_ours,
+        "loss_export": loss_theirs,
+        "loss_diff": abs(loss_ours - loss_theirs),
+        "goal": {"max_rel_logit_diff": LOGIT_RTOL, "loss_diff": LOSS_ATOL},
+        "passed": rel <= LOGIT_RTOL and abs(loss_ours - loss_theirs) <= LOSS_ATOL,
+    }
+
+
+def _heldout_texts(tokenizer_path: str, eod: int, batch: dict[str, torch.Tensor]) -> list[str]:
+    """The held-out tokens as documents (split at end-of-document), for the tokenizer check."""
+    from data_prep.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_path)
+    texts: list[str] = []
+    for row in batch["tokens"].tolist():
+        piece: list[int] = []
+        for t in row + [eod]:
+            if t == eod:
+                if piece:
+                    texts.append(tok.decode(piece))
+                piece = []
+            else:
+                piece.append(t)
+    return texts
+
+
+def _prepare_out(out: Path) -> Path:
+    if out.exists() and not (out / EXPORT_FILE).is_file():
+        raise ExportError(f"--out {out}: exists and is not an export folder (no {EXPORT_FILE}); choose another")
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, parity_sequences: int = 8) -> dict:
+    """Export ``run_dir``'s checkpoint to ``out``; returns the export.json record."""
+    from transformers import AutoModelForCausalLM
+
+    from training.distributed import single_process
+    from training.model import padded_vocab_size, resolve
+
+    run_dir, out = Path(run_dir), Path(out)
+    cfg = read_run_config(run_dir)
+    resolved = resolve(cfg)
+    layout = choose_layout(cfg, resolved)
+    ckpt = find_checkpoint(run_dir, step)
+    tokenizer_path, vocab, eod = _tokenizer_source(cfg)
+    vocab_rows = padded_vocab_size(vocab, cfg.parallel.tensor_model_parallel_size)
+    f = folds(cfg, resolved)
+    partial = _prepare_out(out)
+    torch.manual_seed(0)
+    with single_process():
+        state = read_full_state(ckpt, cfg, vocab_rows)
+        bos = None
+        if tokenizer_path:
+            from data_prep.tokenizer import load_tokenizer
+
+            bos = getattr(load_tokenizer(tokenizer_path), "bos", None)
+        config = hf_config(layout, cfg, vocab_rows, eod, bos)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(hf_state_dict(layout, state, cfg, f), strict=False)
+        tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+        if set(missing) - tied or unexpected:
+            raise ExportError(f"{layout}: state dict mismatch: missing {missing}, unexpected {unexpected}")
+        model.save_pretrained(str(partial))
+        reloaded = AutoModelForCausalLM.from_pretrained(str(partial), dtype=torch.float32)
+        batch = _heldout_batch(cfg, parity_sequences)
+        parity = logit_parity(cfg, state, vocab_rows, reloaded, batch)
+    record: dict[str, Any] = {
+        "format_version": EXPORT_FORMAT_VERSION,
+        "run_dir": str(run_dir.resolve()),
+        "checkpoint": ckpt.name,
+        "step": int(json.loads((ckpt / "common.json").read_text()).get("step", -1)),
+        "layout": layout,
+        "architecture": config.architectures[0],
+        "preset": resolved.preset,
+        "folds": f.to_json(),
+        "vocab": {"tokenizer": vocab, "rows": vocab_rows, "eod_id": eod},
+        "parity": parity,
+        "tokenizer": None,
+    }
+    if tokenizer_path:
+        record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial)
+        texts = _heldout_texts(tokenizer_path, eod, batch)
+        record["tokenizer"]["parity"] = encoding_parity(tokenizer_path, partial, texts)
+    record["passed"] = parity["passed"] and (
+        record["tokenizer"] is None or record["tokenizer"]["parity"]["identical_ids"] == len(texts)
+    )
+    atomic_write_text(partial / EXPORT_FILE, json.dumps(record, indent=1))
+    if out.exists():
+        shutil.rmtree(out)
+    partial.rename(out)
+    return record
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
+    parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    parser.add_argument("--parity-sequences", type=int, default=8, help="held-out sequences for the parity check")
+    args = parser.parse_args(argv)
+    try:
+        record = export(args.run_dir, args.out, args.step, args.parity_sequences)
+    except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    p = record["parity"]
+    print(
+        f"{args.out}: {record['architecture']} from {record['checkpoint']}; logits max rel diff "
+        f"{p['max_rel_logit_diff']:.2e} (goal {LOGIT_RTOL:g}), loss {p['loss_megatron']:.6f} vs "
+        f"{p['loss_export']:.6f} (diff {p['loss_diff']:.1e}, goal {LOSS_ATOL:g})"
+    )
+    if record["tokenizer"]:
+        tp = record["tokenizer"]["parity"]
+        print(f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents encode identically")
+    if not record["passed"]:
+        print(f"error: parity not met; see {Path(args.out) / EXPORT_FILE}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""A run's megatron GPT as a stock Hugging Face architecture, with every multiplier folded in.
+
+Two layouts, chosen from the run's ``model`` section (anything else is refused, naming the
+key, so an export never computes a different function):
+
+* ``gpt2``: learned absolute positions, LayerNorm, GELU or ReLU (``GPT2LMHeadModel``);
+* ``llama``: RoPE, RMSNorm, SwiGLU (``LlamaForCausalLM``; biases and GQA allowed).
+
+The multipliers the parametrization adds (``patches.rules.ResolvedParametrization``) are
+linear maps next to a weight, so each is folded into that weight exactly:
+
+=====================  ===========================================  =========================
+multiplier             megatron computes                            folded into
+=====================  ===========================================  =========================
+branch  ``a m_L^-α``   ``h + m (x W^T + b)`` (attention and MLP)    ``linear_proj``/``fc2`` W, b
+softmax scale ``s``    ``softmax(s q k^T)``, HF uses ``1/sqrt(d)``  query rows of W, b: ``s sqrt(d)``
+logit                  ``c (h W_out^T)``                            ``output_layer`` W
+embedding              ``e (E[t] + P[pos])``                        word (and position) tables
+=====================  ===========================================  =========================
+
+RoPE rotates q, a linear map, so scaling q before or after it is the same. With tied
+embeddings a logit or embedding multiplier other than 1 cannot be folded into one shared
+table: refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from patches.rules import ResolvedParametrization
+from runconfig.schema import RunConfig
+
+
+class ExportError(ValueError):
+    """The run cannot be expressed by a stock architecture; names the config key."""
+
+
+@dataclass(frozen=True)
+class Folds:
+    """The factors folded into the weights (written to export.json)."""
+
+    branch: float
+    query: float
+    logit: float
+    embedding: float
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+
+LAYOUTS: dict[str, dict[str, Any]] = {
+    # layout -> the model keys it requires (key -> allowed values)
+    "gpt2": {
+        "model.position_embedding_type": ("learned_absolute",),
+        "model.normalization": ("LayerNorm",),
+        "model.activation": ("gelu", "relu"),
+    },
+    "llama": {
+        "model.position_embedding_type": ("rope",),
+        "model.normalization": ("RMSNorm",),
+        "model.activation": ("swiglu",),
+    },
+}
+
+
+def _model_value(cfg: RunConfig, key: str) -> Any:
+    return getattr(cfg.model, key.split(".", 1)[1])
+
+
+def choose_layout(cfg: RunConfig, resolved: ResolvedParametrization) -> str:
+    """``gpt2`` or ``llama`` for this run, or an :class:`ExportError` naming the config key."""
+    m = cfg.model
+    if m.block != "standard":
+        raise ExportError(f"model.block={m.block!r}: TP-VI's one-matrix block has no Hugging Face architecture")
+    if m.transformer_impl != "local":
+        raise ExportError(f"model.transformer_impl={m.transformer_impl!r}: export reads the local layer spec's names")
+    by_position = "gpt2" if m.position_embedding_type == "learned_absolute" else "llama"
+    for key, allowed in LAYOUTS[by_position].items():
+        if _model_value(cfg, key) not in allowed:
+            raise ExportError(
+                f"{key}={_model_value(cfg, key)!r}: with model.position_embedding_type="
+                f"{m.position_embedding_type!r} the export layout is {by_position!r}, which needs {key} in "
+                f"{list(allowed)}"
+            )
+    if by_position == "gpt2":
+        if m.num_query_groups not in (None, m.num_attention_heads):
+            raise ExportError(f"model.num_query_groups={m.num_query_groups}: GPT-2 has no grouped-query attention")
+        if m.head_dim * m.num_attention_heads != m.hidden_size:
+            raise ExportError(f"model.kv_channels={m.kv_channels}: GPT-2 needs head dim = hidden_size / heads")
+    if not m.untie_embeddings_and_output_weights:
+        for key, value in (
+            ("parametrization.output_multiplier", resolved.output_multiplier),
+            ("parametrization.embedding_multiplier", resolved.embedding_multiplier),
+        ):
+            if value != 1.0:
+                raise ExportError(
+                    f"model.untie_embeddings_and_output_weights=false with {key} giving a multiplier of {value:g}: "
+                    "one shared table cannot carry it (train with untied embeddings to export)"
+                )
+    return by_position
+
+
+def folds(cfg: RunConfig, resolved: ResolvedParametrization) -> Folds:
+    return Folds(
+        branch=float(resolved.branch_multiplier),
+        query=float(resolved.effective_softmax_scale * math.sqrt(cfg.model.head_dim)),
+        logit=float(resolved.output_multiplier),
+        embedding=float(resolved.embedding_multiplier),
+    )
+
+
+def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int, bos_id: int | None) -> Any:
+    """The transformers config; ``vocab_rows`` is megatron's padded vocabulary (logits over the
+    padding rows enter the softmax in training, so the exported model keeps them)."""
+    m = cfg.model
+    ffn = m.ffn_hidden_size or 4 * m.hidden_size
+    tied = not m.untie_embeddings_and_output_weights
+    bos = eod_id if bos_id is None or bos_id < 0 else bos_id
+    if layout == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(
+            vocab_size=vocab_rows,
+            n_positions=m.seq_length,
+            n_embd=m.hidden_size,
+            n_layer=m.num_layers,
+            n_head=m.num_attention_heads,
+            n_inner=ffn,
+            activation_function=m.activation,  # exact erf GELU as megatron, not GPT-2's tanh "gelu_new"
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=m.layernorm_epsilon,
+            scale_attn_weights=True,
+            tie_word_embeddings=tied,
+            bos_token_id=bos,
+            eos_token_id=eod_id,
+            architectures=["GPT2LMHeadModel"],
+        )
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_rows,
+        hidden_size=m.hidden_size,
+        intermediate_size=ffn,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_query_groups or m.num_attention_heads,
+        head_dim=m.head_dim,
+        hidden_act="silu",
+        max_position_embeddings=m.seq_length,
+        rms_norm_eps=m.layernorm_epsilon,
+        tie_word_embeddings=tied,
+        attention_bias=m.add_bias_linear,
+        mlp_bias=m.add_bias_linear,
+        rope_theta=10000.0,  # megatron GPTModel's default rotary_base
+        attention_dropout=0.0,
+        bos_token_id=bos,
+        eos_token_id=eod_id,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+def _split_qkv(w: torch.Tensor, cfg: RunConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """megatron's fused QKV rows, per query group ``[q_1..q_{np/ng}, k, v]``, as separate q, k, v."""
+    m = cfg.model
+    heads, groups, d = m.num_attention_heads, m.num_query_groups or m.num_attention_heads, m.head_dim
+    per = heads // groups
+    x = w.reshape(groups, per + 2, d, *w.shape[1:])
+    q = x[:, :per].reshape(heads * d, *w.shape[1:])
+    k = x[:, per].reshape(groups * d, *w.shape[1:])
+    v = x[:, per + 1].reshape(groups * d, *w.shape[1:])
+    return q, k, v
+
+
+def _layer_tensors(state: dict[str, torch.Tensor], i: int, cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
+    """Layer ``i``'s tensors with the folds applied, under neutral names."""
+    p = f"decoder.layers.{i}."
+    get = state.get
+    out: dict[str, torch.Tensor] = {}
+    q, k, v = _split_qkv(state[p + "self_attention.linear_qkv.weight"], cfg)
+    out.update(q_w=q * f.query, k_w=k, v_w=v)
+    if get(p + "self_attention.linear_qkv.bias") is not None:
+        qb, kb, vb = _split_qkv(state[p + "self_attention.linear_qkv.bias"], cfg)
+        out.update(q_b=qb * f.query, k_b=kb, v_b=vb)
+    out["o_w"] = state[p + "self_attention.linear_proj.weight"] * f.branch
+    out["fc1_w"] = state[p + "mlp.linear_fc1.weight"]
+    out["fc2_w"] = state[p + "mlp.linear_fc2.weight"] * f.branch
+    for name, key in (("o_b", "self_attention.linear_proj.bias"), ("fc1_b", "mlp.linear_fc1.bias")):
+        if get(p + key) is not None:
+            out[name] = state[p + key] * (f.branch if name == "o_b" else 1.0)
+    if get(p + "mlp.linear_fc2.bias") is not None:
+        out["fc2_b"] = state[p + "mlp.linear_fc2.bias"] * f.branch
+    for norm in ("input_layernorm", "pre_mlp_layernorm"):
+        out[norm + "_w"] = state[p + norm + ".weight"]
+        if get(p + norm + ".bias") is not None:
+            out[norm + "_b"] = state[p + norm + ".bias"]
+    return out
+
+
+def _gpt2_state(state: dict[str, torch.Tensor], cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
+    m = cfg.model
+    hidden = m.hidden_size
+    zeros = torch.zeros
+    sd = {
+        "transformer.wte.weight": state["embedding.word_embeddings.weight"] * f.embedding,
+        "transformer.wpe.weight": state["embedding.position_embeddings.weight"] * f.embedding,
+        "transformer.ln_f.weight": state["decoder.final_layernorm.weight"],
+        "transformer.ln_f.bias": state["decoder.final_layernorm.bias"],
+    }
+    for i in range(m.num_layers):
+        t = _layer_tensors(state, i, cfg, f)
+        h = f"transformer.h.{i}."
+        ffn = t["fc1_w"].shape[0]
+        qkv_b = [t.get(n, zeros(t["q_w"].shape[0])) for n in ("q_b", "k_b", "v_b")]
+        sd.update(
+            {
+                # GPT-2's Conv1D stores weights as [in, out]: the transpose of a Linear's
+                h + "ln_1.weight": t["input_layernorm_w"],
+                h + "ln_1.bias": t["input_layernorm_b"],
+                h + "attn.c_attn.weight": torch.cat([t["q_w"], t["k_w"], t["v_w"]], 0).t(),
+                h + "attn.c_attn.bias": torch.cat(qkv_b),
+                h + "attn.c_proj.weight": t["o_w"].t(),
+                h + "attn.c_proj.bias": t.get("o_b", zeros(hidden)),
+                h + "ln_2.weight": t["pre_mlp_layernorm_w"],
+                h + "ln_2.bias": t["pre_mlp_layernorm_b"],
+                h + "mlp.c_fc.weight": t["fc1_w"].t(),
+                h + "mlp.c_fc.bias": t.get("fc1_b", zeros(ffn)),
+                h + "mlp.c_proj.weight": t["fc2_w"].t(),
+                h + "mlp.c_proj.bias": t.get("fc2_b", zeros(hidden)),
+            }
+        )
+    if m.untie_embeddings_and_output_weights:
+        sd["lm_head.weight"] = state["output_layer.weight"] * f.logit
+    return sd
+
+
+def _llama_state(state: dict[str, torch.Tensor], cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
+    m = cfg.model
+    sd = {
+        "model.embed_tokens.weight": state["embedding.word_embeddings.weight"] * f.embedding,
+        "model.norm.weight": state["decoder.final_layernorm.weight"],
+    }
+    for i in range(m.num_layers):
+        t = _layer_tensors(state, i, cfg, f)
+        h = f"model.layers.{i}."
+        gate, up = t["fc1_w"].chunk(2, dim=0)  # megatron's GLU: silu(first half) * second half
+        sd.update(
+            {
+                h + "input_layernorm.weight": t["input_layernorm_w"],
+                h + "post_attention_layernorm.weight": t["pre_mlp_layernorm_w"],
+                h + "self_attn.q_proj.weight": t["q_w"],
+                h + "self_attn.k_proj.weight": t["k_w"],
+                h + "self_attn.v_proj.weight": t["v_w"],
+                h + "self_attn.o_proj.weight": t["o_w"],
+                h + "mlp.gate_proj.weight": gate,
+                h + "mlp.up_proj.weight": up,
+                h + "mlp.down_proj.weight": t["fc2_w"],
+            }
+        )
+        if m.add_bias_linear:
+            gate_b, up_b = t["fc1_b"].chunk(2, dim=0)
+            sd.update(
+                {
+                    h + "self_attn.q_proj.bias": t["q_b"],
+                    h + "self_attn.k_proj.bias": t["k_b"],
+                    h + "self_attn.v_proj.bias": t["v_b"],
+                    h + "self_attn.o_proj.bias": t["o_b"],
+                    h + "mlp.gate_proj.bias": gate_b,
+                    h + "mlp.up_proj.bias": up_b,
+                    h + "mlp.down_proj.bias": t["fc2_b"],
+                }
+            )
+    if m.untie_embeddings_and_output_weights:
+        sd["lm_head.weight"] = state["output_layer.weight"] * f.logit
+    return sd
+
+
+def hf_state_dict(layout: str, state: dict[str, torch.Tensor], cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
+    """The full megatron state (training/full_state.py) as the layout's state dict, folds applied."""
+    build = {"gpt2": _gpt2_state, "llama": _llama_state}[layout]
+    return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in build(state, cfg, f).items()}

@@ -1,0 +1,110 @@
+"""The run's tokenizer as a Hugging Face fast tokenizer that ``AutoTokenizer`` loads with no custom code.
+
+* A ``tokenizer.json`` (data_prep's HF option) is used as it is.
+* A SentencePiece BPE ``.model`` (data_prep's default) becomes a ``tokenizers`` BPE model:
+  vocabulary and merges from transformers' ``SentencePieceExtractor``, byte fallback, and
+  SentencePiece's own normalization: the dummy prefix ``▁`` once at the start of the text and
+  spaces as ``▁`` (a normalizer on the whole text, so a user-defined piece such as ``"\\n"``
+  does not restart the prefix; BPE never merges across it because no piece contains it).
+  Control pieces (``<unk>``, ``<s>``, ``</s>``) are special tokens. Unigram models and
+  SentencePiece normalization rules other than identity are refused: they have no exact
+  equivalent here, and the export checks equality (:func:`encoding_parity`), not similarity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from data_prep.tokenizer import load_tokenizer, tokenizer_type
+
+
+class TokenizerExportError(ValueError):
+    """The tokenizer cannot be exported exactly; names the file."""
+
+
+def _from_sentencepiece(path: Path) -> Any:
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.BPE:
+        raise TokenizerExportError(f"{path}: only SentencePiece BPE models are exported (this one is not BPE)")
+    spec = proto.normalizer_spec
+    if spec.name != "identity" or spec.remove_extra_whitespaces:
+        raise TokenizerExportError(
+            f"{path}: normalization {spec.name!r} (remove_extra_whitespaces={spec.remove_extra_whitespaces}) has "
+            "no exact fast-tokenizer equivalent; data_prep trains with identity normalization"
+        )
+    extracted = SentencePieceExtractor(str(path)).extract(models.BPE)
+    unk = proto.pieces[proto.trainer_spec.unk_id].piece
+    tok = Tokenizer(
+        models.BPE(
+            vocab=extracted["vocab"],
+            merges=extracted["merges"],
+            unk_token=unk,
+            fuse_unk=True,
+            byte_fallback=proto.trainer_spec.byte_fallback,
+        )
+    )
+    steps = [normalizers.Replace(" ", "▁")]
+    if spec.add_dummy_prefix:
+        steps.insert(0, normalizers.Prepend("▁"))
+    tok.normalizer = normalizers.Sequence(steps)
+    decode = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if spec.add_dummy_prefix:
+        decode.append(decoders.Strip(" ", 1, 0))
+    tok.decoder = decoders.Sequence(decode)
+    tok.add_special_tokens([a for a in extracted["additional_special_tokens"] if a.special])
+    return tok
+
+
+def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path) -> dict[str, Any]:
+    """Write the HF tokenizer files into ``out_dir``; returns what export.json records."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(path)
+    kind = tokenizer_type(path)
+    if kind == "sentencepiece":
+        tok = _from_sentencepiece(path)
+    else:
+        tok = Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
+    eos = tok.id_to_token(eod_id)
+    if eos is None:
+        raise TokenizerExportError(f"{path}: end-of-document id {eod_id} is not in the vocabulary")
+    specials = {"eos_token": eos}
+    for key, candidates in (("bos_token", ("<s>", "<|begin_of_text|>")), ("unk_token", ("<unk>",))):
+        found = [c for c in candidates if tok.token_to_id(c) is not None]
+        if found:
+            specials[key] = found[0]
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False, **specials)
+    wrapped.save_pretrained(str(out_dir))
+    return {"source": str(path), "type": kind, "eos_token": eos, "eod_id": eod_id}
+
+
+def encoding_parity(source: str | Path, exported_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
+    """Encode ``texts`` with the run's tokenizer and the exported one: how many agree exactly,
+    and whether the export decodes the run's ids back to each text."""
+    from transformers import AutoTokenizer
+
+    ours = load_tokenizer(source)
+    theirs = AutoTokenizer.from_pretrained(str(exported_dir))
+    same = decoded = 0
+    first_difference = None
+    for text in texts:
+        a = ours.encode(text)
+        b = theirs.encode(text, add_special_tokens=False)
+        same += a == b
+        decoded += theirs.decode(a, skip_special_tokens=False, clean_up_tokenization_spaces=False) == text
+        if a != b and first_difference is None:
+            first_difference = {"text": text[:200], "run": a[:20], "export": b[:20]}
+    return {
+        "texts": len(texts),
+        "identical_ids": same,
+        "identical_decode": decoded,
+        "first_difference": first_difference,
+    }
