@@ -381,7 +381,7 @@ class DocumentFilter:
             if n_lines - len(unique) > q.max_duplicate_lines_fraction * n_lines:
                 return "gopher_duplicate_lines"
         if q.max_duplicate_line_chars_fraction is not None:
-            if _duplicate_chars(lines) > q.max_duplicate_line_chars_fraction * len(text):
+            if _duplicate_chars(lines, unique) > q.max_duplicate_line_chars_fraction * len(text):
                 return "gopher_duplicate_line_chars"
         if paragraph_rules and "\n\n" in text:
             paragraphs = _PARAGRAPH_BREAK.split(text) if "\n\n\n" in text else text.split("\n\n")
@@ -391,7 +391,7 @@ class DocumentFilter:
                     if len(paragraphs) - len(unique) > q.max_duplicate_paragraphs_fraction * len(paragraphs):
                         return "gopher_duplicate_paragraphs"
                 if q.max_duplicate_paragraph_chars_fraction is not None:
-                    if _duplicate_chars(paragraphs) > q.max_duplicate_paragraph_chars_fraction * len(text):
+                    if _duplicate_chars(paragraphs, unique) > q.max_duplicate_paragraph_chars_fraction * len(text):
                         return "gopher_duplicate_paragraph_chars"
         return None
 
@@ -472,16 +472,10 @@ def _punctuation_chars(proxy: bytes) -> int:
     return len(proxy) - len(proxy.translate(None, _ASCII_PUNCTUATION_BYTES))
 
 
-def _duplicate_chars(parts: list[str]) -> int:
-    """Characters of every part that repeats an earlier one (datatrove's find_duplicates)."""
-    seen: set[str] = set()
-    duplicate = 0
-    for part in parts:
-        if part in seen:
-            duplicate += len(part)
-        else:
-            seen.add(part)
-    return duplicate
+def _duplicate_chars(parts: list[str], unique: set[str]) -> int:
+    """Characters of every part that repeats an earlier one (datatrove's find_duplicates):
+    all characters less those of one copy of each distinct part."""
+    return sum(map(len, parts)) - sum(map(len, unique))
 
 
 def offline_env() -> None:
