@@ -243,7 +243,11 @@ def whole_lines(text: str, lines: list[str] | None, sample_chars: int | None) ->
 
 
 class DocumentFilter:
-    """The configured rules, compiled once per worker."""
+    """The configured rules, compiled once per worker.
+
+    Each fraction is computed as datatrove's filters compute it (a division, then the
+    comparison), so a document exactly at a threshold gets the reference's verdict.
+    """
 
     def __init__(self, cfg: CleanConfig) -> None:
         self.quality: QualityConfig | None = cfg.quality if cfg.quality.enabled else None
@@ -330,8 +334,8 @@ class DocumentFilter:
                 if (low is not None and mean < low) or (high is not None and mean > high):
                     return "gopher_mean_word_length"
         if q.max_symbol_word_ratio is not None:
-            limit = q.max_symbol_word_ratio * counts.tokens
-            if head.count("#") > limit or head.count("...") + head.count("\u2026") > limit:
+            ratio, tokens = q.max_symbol_word_ratio, counts.tokens
+            if head.count("#") / tokens > ratio or (head.count("...") + head.count("\u2026")) / tokens > ratio:
                 return "gopher_symbol_word_ratio"
         if q.min_stop_words:
             found = set()  # distinct stop words: "the the" is one
@@ -342,7 +346,7 @@ class DocumentFilter:
             else:
                 return "gopher_stop_words"
         if q.min_alpha_words_fraction is not None:
-            if counts.alpha < q.min_alpha_words_fraction * counts.tokens:
+            if counts.alpha / counts.tokens < q.min_alpha_words_fraction:
                 return "gopher_alpha_words"
         return None
 
@@ -357,11 +361,11 @@ class DocumentFilter:
         n_head = len(gopher_lines)
         if q.max_bullet_lines_fraction is not None:
             bullets = sum(map(str.startswith, map(str.lstrip, gopher_lines), repeat(_BULLETS)))
-            if bullets > q.max_bullet_lines_fraction * n_head:
+            if bullets / n_head > q.max_bullet_lines_fraction:
                 return "gopher_bullet_lines"
         if q.max_ellipsis_lines_fraction is not None:
             ellipses = sum(map(str.endswith, map(str.rstrip, gopher_lines), repeat(_ELLIPSES)))
-            if ellipses > q.max_ellipsis_lines_fraction * n_head:
+            if ellipses / n_head > q.max_ellipsis_lines_fraction:
                 return "gopher_ellipsis_lines"
         paragraph_rules = (
             q.max_duplicate_paragraphs_fraction is not None or q.max_duplicate_paragraph_chars_fraction is not None
@@ -378,20 +382,20 @@ class DocumentFilter:
         if len(unique) == n_lines:
             return None  # no line repeats, so no paragraph does either
         if q.max_duplicate_lines_fraction is not None:
-            if n_lines - len(unique) > q.max_duplicate_lines_fraction * n_lines:
+            if (n_lines - len(unique)) / n_lines > q.max_duplicate_lines_fraction:
                 return "gopher_duplicate_lines"
         if q.max_duplicate_line_chars_fraction is not None:
-            if _duplicate_chars(lines, unique) > q.max_duplicate_line_chars_fraction * len(text):
+            if _duplicate_chars(lines, unique) / len(text) > q.max_duplicate_line_chars_fraction:
                 return "gopher_duplicate_line_chars"
         if paragraph_rules and "\n\n" in text:
             paragraphs = _PARAGRAPH_BREAK.split(text) if "\n\n\n" in text else text.split("\n\n")
             unique = set(paragraphs)
             if len(unique) < len(paragraphs):
                 if q.max_duplicate_paragraphs_fraction is not None:
-                    if len(paragraphs) - len(unique) > q.max_duplicate_paragraphs_fraction * len(paragraphs):
+                    if (len(paragraphs) - len(unique)) / len(paragraphs) > q.max_duplicate_paragraphs_fraction:
                         return "gopher_duplicate_paragraphs"
                 if q.max_duplicate_paragraph_chars_fraction is not None:
-                    if _duplicate_chars(paragraphs, unique) > q.max_duplicate_paragraph_chars_fraction * len(text):
+                    if _duplicate_chars(paragraphs, unique) / len(text) > q.max_duplicate_paragraph_chars_fraction:
                         return "gopher_duplicate_paragraph_chars"
         return None
 
@@ -436,7 +440,7 @@ class DocumentFilter:
                 most = counts == counts.max()
                 first = int(firsts[most].min())
                 top_chars = int(counts.max()) * (int(gram_chars[first]) + n - 1)
-                if top_chars > top_limit * span:
+                if top_chars / span > top_limit:
                     return "gopher_top_ngram"
             if dup_limit is not None and same_as_next.any():
                 repeated = np.zeros(len(ordered), dtype=bool)
@@ -446,7 +450,7 @@ class DocumentFilter:
                 np.add.at(covered, starts_in_text, 1)
                 np.add.at(covered, starts_in_text + n, -1)
                 mask = np.cumsum(covered[:-1]) > 0
-                if int(lengths[mask].sum()) > dup_limit * span:
+                if int(lengths[mask].sum()) / span > dup_limit:
                     return "gopher_duplicate_ngram"
         return None
 
@@ -462,7 +466,7 @@ class DocumentFilter:
             n_lines = len(head_lines) - head_lines.count("") - sum(map(str.isspace, head_lines))
             if n_lines:
                 ending = sum(map(LINE_END_PUNCTUATION.__contains__, map(_LAST_CHAR, head_lines)))
-                if ending < c.min_terminal_punct_lines_fraction * n_lines:
+                if ending / n_lines < c.min_terminal_punct_lines_fraction:
                     return "c4_terminal_punct"
         return None
 
