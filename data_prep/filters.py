@@ -45,6 +45,7 @@ FILTER_NAMES = (
     "c4_curly_brace",
     "c4_terminal_punct",
     "exact_dedup",
+    "near_dedup",  # counted by the plan stage (data_prep/near_dedup.py), like exact_dedup
 )
 
 _BULLETS = ("•", "●", "○", "■", "□", "▪", "▫", "–", "-", "*", "‣", "⁃", "◦")  # after leading whitespace
