@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "coord-check": "eval.coord_check",
     "diversity": "eval.diversity_cmd",
     "dynamics": "eval.dynamics_cmd",
+    "lm-eval": "eval.lm_eval_cmd",
 }
 
 

@@ -93,7 +93,7 @@ class TransferOutputs:
     """What :func:`write_transfer` produced: the analysis, and the files written under ``out``."""
 
     analysis: TransferAnalysis
-    files: list[str]  # figure files (PNG and PDF) besides transfer.json/.csv and the reports
+    files: list[str]  # figures (PNG and PDF) and downstream tables, besides transfer.json/.csv and the reports
     figures: list[tuple[str, str]]  # (PNG name, caption) in report order
     figure_failed: bool  # a figure raised (its note is in the analysis); the numbers are written
 
@@ -155,6 +155,11 @@ def write_transfer(
     write_transfer_json(out / "transfer.json", analysis, files)
     write_transfer_csv(out / "transfer.csv", analysis)
     write_reports(out, analysis, made)
+    from eval.downstream import write_downstream
+
+    downstream = write_downstream(sweep, out)
+    if downstream is not None:
+        files += ["downstream.csv", downstream.name]
     return TransferOutputs(analysis, files, made, failed)
 
 
@@ -190,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --out {args.out}: cannot create: {exc}", file=sys.stderr)
         return 2
     _print_summary(outputs.analysis, Path(args.out), fraction_label)
+    if "downstream.md" in outputs.files:
+        print(f"downstream scores: {Path(args.out) / 'downstream.md'}")
     return 1 if outputs.figure_failed else 0
 
 

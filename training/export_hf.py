@@ -109,21 +109,26 @@ def logit_parity(cfg: RunConfig, state: dict[str, torch.Tensor], vocab_rows: int
     }
 
 
-def _heldout_texts(tokenizer_path: str, eod: int, batch: dict[str, torch.Tensor]) -> list[str]:
-    """The held-out tokens as documents (split at end-of-document), for the tokenizer check."""
-    from data_prep.tokenizer import load_tokenizer
+def _heldout_texts(cfg: RunConfig, tokenizer_path: str, eod: int, limit: int = 200) -> list[str]:
+    """Up to ``limit`` whole documents (validation prefixes first, then training), decoded
+    with the run's tokenizer: the texts both tokenizers must encode identically."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
 
+    from data_prep.tokenizer import load_tokenizer
+    from training.data import read_manifest
+
+    if cfg.data.manifest:
+        m = read_manifest(cfg.data.manifest)
+        prefixes = m.valid_prefixes + m.train_prefixes
+    else:
+        prefixes = cfg.data.valid_prefixes + cfg.data.train_prefixes
     tok = load_tokenizer(tokenizer_path)
     texts: list[str] = []
-    for row in batch["tokens"].tolist():
-        piece: list[int] = []
-        for t in row + [eod]:
-            if t == eod:
-                if piece:
-                    texts.append(tok.decode(piece))
-                piece = []
-            else:
-                piece.append(t)
+    for prefix in prefixes:
+        docs = IndexedDataset(prefix)
+        for i in range(min(len(docs), limit - len(texts))):
+            ids = [t for t in docs[i].tolist() if t != eod]
+            texts.append(tok.decode(ids))
     return texts
 
 
@@ -186,7 +191,7 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     }
     if tokenizer_path:
         record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial)
-        texts = _heldout_texts(tokenizer_path, eod, batch)
+        texts = _heldout_texts(cfg, tokenizer_path, eod)
         record["tokenizer"]["parity"] = encoding_parity(tokenizer_path, partial, texts)
     record["passed"] = parity["passed"] and (
         record["tokenizer"] is None or record["tokenizer"]["parity"]["identical_ids"] == len(texts)

@@ -1,0 +1,153 @@
+"""training.export_hf: trained checkpoints -> stock GPT-2 / Llama that compute the same logits.
+
+Runs are trained by train_gpt.py in subprocesses (a few steps at a high LR, so biases and
+norms move away from their init) at a non-base shape: width 128 over base 64 (m_d = 2),
+depth 4 over base 2 (m_L = 2). Every multiplier a preset has is then != 1. The default run
+covers each preset once, both layouts and TP = 2; ``-m slow`` runs the full matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runconfig import dump_yaml
+from tests.conftest import REPO, TINY, tiny_config
+from training.export_hf import LOGIT_RTOL, LOSS_ATOL, export, main
+from training.hf_layout import ExportError
+
+SHAPE = [
+    "model.hidden_size=128",
+    "model.num_layers=4",
+    "parametrization.base_num_layers=2",
+    "parametrization.base_head_dim=16",
+]
+FAST = ["training.steps=2", "scheduler.warmup_steps=1", "optimizer.lr=0.02", "logging.progress_bar=false"]
+LAYOUTS = {
+    "gpt2": [],
+    "llama": [
+        "model.normalization=RMSNorm",
+        "model.position_embedding_type=rope",
+        "model.activation=swiglu",
+        "model.num_query_groups=2",
+    ],
+}
+DEFAULT_CASES = [("sp", "gpt2", 1), ("mup", "llama", 1), ("depth_mup", "gpt2", 2), ("ode", "llama", 2)]
+ALL_CASES = [(p, layout, tp) for p in ("sp", "mup", "depth_mup", "ode") for layout in LAYOUTS for tp in (1, 2)]
+SLOW_CASES = [c for c in ALL_CASES if c not in DEFAULT_CASES]
+
+
+def train(run_dir: Path, overrides: list[str], tp: int = 1, port: int = 29561) -> Path:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    args = ["train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *overrides]
+    if tp > 1:
+        args += [f"parallel.tensor_model_parallel_size={tp}"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(tp), "--master-port", str(port)]
+        cmd += args
+    else:
+        cmd = [sys.executable, *args]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run_dir
+
+
+def case_overrides(preset: str, layout: str) -> list[str]:
+    return [f"parametrization.preset={preset}", *SHAPE, *FAST, *LAYOUTS[layout]]
+
+
+def check_export(run_dir: Path, out: Path, layout: str, preset: str) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    record = export(run_dir, out)
+    assert record["layout"] == layout and record["preset"] == preset
+    p = record["parity"]
+    assert p["max_rel_logit_diff"] <= LOGIT_RTOL and p["loss_diff"] <= LOSS_ATOL, p
+    assert p["tokens"] >= 8 * 64 - 8 and record["passed"]
+    model = AutoModelForCausalLM.from_pretrained(str(out))  # stock class, no custom code
+    assert type(model).__name__ == {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[layout]
+    return record
+
+
+def expected_folds(preset: str) -> dict:
+    """Hand values at m_d = 2, m_L = 2, head dim d = 32 over base d0 = 16."""
+    branch = {"sp": 1.0, "mup": 1.0, "depth_mup": 2**-0.5, "ode": 0.5}[preset]
+    logit = 1.0 if preset == "sp" else 0.5  # muP output multiplier 1 / m_d
+    # muP softmax scale sqrt(d0)/d = 4/32; the HF models use 1/sqrt(32): the query rows carry the ratio
+    query = 1.0 if preset == "sp" else (4.0 / 32.0) * 32**0.5
+    return {"branch": branch, "query": query, "logit": logit, "embedding": 1.0}
+
+
+@pytest.mark.parametrize("preset,layout,tp", DEFAULT_CASES)
+def test_export_matches_megatron(tmp_path, megatron, preset, layout, tp):
+    run = train(tmp_path / "run", case_overrides(preset, layout), tp)
+    record = check_export(run, tmp_path / "hf", layout, preset)
+    assert record["folds"] == pytest.approx(expected_folds(preset))
+    assert record["tokenizer"] is None  # mock data has no tokenizer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset,layout,tp", SLOW_CASES)
+def test_export_matches_megatron_full_matrix(tmp_path, megatron, preset, layout, tp):
+    run = train(tmp_path / "run", case_overrides(preset, layout), tp, port=29571)
+    check_export(run, tmp_path / "hf", layout, preset)
+
+
+def test_an_unfolded_multiplier_fails_parity(tmp_path, megatron, monkeypatch):
+    """The parity check can fail: export depth-muP without its branch multiplier."""
+    import training.export_hf as export_hf
+
+    run = train(tmp_path / "run", case_overrides("depth_mup", "gpt2"))
+    assert export(run, tmp_path / "good")["passed"]
+    real = export_hf.folds
+    monkeypatch.setattr(export_hf, "folds", lambda cfg, r: dataclasses.replace(real(cfg, r), branch=1.0))
+    assert main([str(run), "--out", str(tmp_path / "bad")]) == 1
+    bad = json.loads((tmp_path / "bad" / "export.json").read_text())
+    assert not bad["passed"] and bad["parity"]["max_rel_logit_diff"] > 100 * LOGIT_RTOL
+
+
+def config_only_run(tmp_path: Path, *overrides: str) -> Path:
+    run = tmp_path / "cfg_run"
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_yaml(tiny_config(*overrides)))
+    return run
+
+
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["model.block=linear1"], "model.block"),
+        (["model.normalization=RMSNorm"], "model.normalization"),
+        (["model.position_embedding_type=rope"], "model.normalization"),
+        (["model.num_query_groups=2"], "model.num_query_groups"),
+        (
+            ["model.untie_embeddings_and_output_weights=false", "model.hidden_size=128", "parametrization.preset=mup"],
+            "model.untie_embeddings_and_output_weights",
+        ),
+        (["parametrization.embedding_multiplier=2", "model.untie_embeddings_and_output_weights=false"], "embedding"),
+    ],
+)
+def test_unexportable_configs_name_the_key(tmp_path, overrides, key):
+    run = config_only_run(tmp_path, *overrides)
+    with pytest.raises(ExportError, match=key.replace(".", r"\.")):
+        export(run, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_tied_embeddings_at_the_base_width_export(tmp_path, megatron):
+    run = train(tmp_path / "run", ["model.untie_embeddings_and_output_weights=false", *FAST])
+    record = check_export(run, tmp_path / "hf", "gpt2", "depth_mup")
+    assert record["folds"]["logit"] == 1.0
+
+
+def test_out_must_be_an_export_folder(tmp_path):
+    run = config_only_run(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert main([str(run), "--out", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
