@@ -1,0 +1,112 @@
+"""End to end on real text: data_prep -> train -> export (with the SentencePiece tokenizer) ->
+lm-evaluation-harness, and lm-eval's log-likelihoods equal the megatron model's own.
+
+The reference side never touches transformers or lm-eval: the run's SentencePiece model
+encodes (context, continuation) the way lm-eval's ``hf`` backend splits a pair, and the
+patched megatron model, loaded from the same checkpoint, scores the continuation tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from eval.__main__ import main
+from tests.conftest import REPO, TINY
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from pydoc_data.topics import topics
+
+    from data_prep.api import build_from_texts
+
+    base = tmp_path_factory.mktemp("lm_eval")
+    texts = [t for t in topics.values() if len(t) > 500]
+    build_from_texts(texts, base / "data", vocab_size=512, workers=1, valid_fraction=0.1)
+    run = base / "run"
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", "data.mock=false"]
+    cmd += [f"data.manifest={base / 'data'}", "model.vocab_size=null", "training.steps=30", "optimizer.lr=0.01"]
+    cmd += ["logging.progress_bar=false", "eval.at=[1.0]"]
+    out = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run
+
+
+def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """lm-eval's split of a request: trailing spaces move to the continuation; the
+    continuation's ids are the whole string's ids after the context's."""
+    n = len(context) - len(context.rstrip())
+    if n:
+        continuation, context = context[-n:] + continuation, context[:-n]
+    whole, ctx = tok.encode(context + continuation), tok.encode(context)
+    return ctx, whole[len(ctx) :]
+
+
+def megatron_loglik(model, ctx: list[int], cont: list[int], seq: int) -> float:
+    ids = (ctx + cont)[-(seq + 1) :][:-1]  # left-truncated to the context window, as lm-eval does
+    tokens = torch.tensor([ids])
+    positions = torch.arange(len(ids)).unsqueeze(0)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(tokens, positions, None).double(), -1)[0]
+    targets = cont
+    rows = logp[len(ids) - len(targets) :]
+    return float(rows.gather(-1, torch.tensor(targets).unsqueeze(-1)).sum())
+
+
+def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
+    from transformers import AutoTokenizer
+
+    from data_prep.tokenizer import load_tokenizer
+    from training.export_hf import read_run_config
+    from training.full_state import find_checkpoint, read_full_state
+    from training.model import Placement, build_model, padded_vocab_size
+
+    args = ["lm-eval", str(run_dir), "--tasks", "pydoc_continuation", "--limit", "8", "--log-samples"]
+    assert main(args) == 0
+    result = json.loads((run_dir / "lm_eval.json").read_text())
+    scores = result["tasks"]["pydoc_continuation"]
+    assert result["n_samples"]["pydoc_continuation"] == 8 and 0.0 <= scores["acc"] <= 1.0
+    assert result["checkpoint"] == "step_00000030"
+
+    export = json.loads((run_dir / "hf" / "export.json").read_text())
+    assert export["passed"] and export["tokenizer"]["type"] == "sentencepiece"
+    tp = export["tokenizer"]["parity"]
+    assert tp["texts"] >= 30 and tp["identical_ids"] == tp["texts"] == tp["identical_decode"]
+    hf_tok = AutoTokenizer.from_pretrained(str(run_dir / "hf"))
+    assert hf_tok.eos_token_id == export["vocab"]["eod_id"]
+
+    cfg = read_run_config(run_dir)
+    manifest = json.loads((cfg_manifest := REPO / cfg.data.manifest / "manifest.json").read_text())
+    tok = load_tokenizer(cfg_manifest.parent / manifest["tokenizer"]["path"])
+    rows = [json.loads(line) for line in (run_dir / "lm_eval_samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 * 4
+    vocab = padded_vocab_size(tok.vocab_size, 1)
+    model = build_model(cfg, vocab, Placement(initialize=False))
+    model.load_state_dict(read_full_state(find_checkpoint(run_dir), cfg, vocab), strict=False)
+    model.eval()
+    for row in rows[:12]:
+        ctx, cont = encode_pair(tok, row["context"], row["continuation"])
+        ours = megatron_loglik(model, ctx, cont, cfg.model.seq_length)
+        assert row["loglikelihood"] == pytest.approx(ours, abs=2e-3), row
+    picked = {}
+    for row in rows:
+        picked.setdefault(row["item"], []).append((row["loglikelihood"], row["choice"], row["target"]))
+    acc = sum(max(v)[1] == v[0][2] for v in picked.values()) / len(picked)
+    assert scores["acc"] == pytest.approx(acc)
+
+    stamp = (run_dir / "hf" / "export.json").stat().st_mtime_ns
+    assert main(args) == 0  # the export of the same checkpoint is reused
+    assert (run_dir / "hf" / "export.json").stat().st_mtime_ns == stamp
+
+
+def test_lm_eval_refuses_what_is_not_a_run_or_export(tmp_path, capsys):
+    assert main(["lm-eval", str(tmp_path), "--tasks", "pydoc_continuation"]) == 2
+    assert "neither a run directory" in capsys.readouterr().err
