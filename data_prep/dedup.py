@@ -3,7 +3,8 @@
 Made in the main process, in shard order, after every shard is cleaned, so they do not
 depend on which worker finished first or on a resume:
 
-* exact dedup: the first occurrence (shard order, then input order) of each text is kept;
+* exact dedup: the first occurrence (shard order, then input order) of each text is kept
+  (near dedup, data_prep/near_dedup.py, adds its own mask);
 * train/valid split: bytes 0-7 of the hash, XOR a seed mask, compared to a threshold;
 * tokenizer sample: the documents with the smallest bytes 8-15 of the hash.
 """
@@ -48,9 +49,11 @@ def sample_keys(hashes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(hashes).view("<u8").reshape(-1, 2)[:, 1]
 
 
-def assign(hashes: np.ndarray, dedup: bool, cfg: SplitConfig) -> np.ndarray:
-    """int8 per document: DROP (duplicate), TRAIN or VALID."""
+def assign(hashes: np.ndarray, dedup: bool, cfg: SplitConfig, near_keep: np.ndarray | None = None) -> np.ndarray:
+    """int8 per document: DROP (an exact duplicate, or outside ``near_keep``), TRAIN or VALID."""
     keep = first_occurrences(hashes) if dedup else np.ones(len(hashes), dtype=bool)
+    if near_keep is not None:
+        keep &= near_keep
     keys = split_keys(hashes, cfg.seed)
     if cfg.valid_fraction >= 1.0:
         valid = np.ones(len(hashes), dtype=bool)
