@@ -239,42 +239,35 @@ def _gpt2_state(state: dict[str, torch.Tensor], cfg: RunConfig, f: Folds) -> dic
     return sd
 
 
+# The Llama module of each of _layer_tensors' neutral names (weights, and biases when the run has them).
+_LLAMA_LINEARS = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "fc2": "mlp.down_proj",
+}
+
+
 def _llama_state(state: dict[str, torch.Tensor], cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
     m = cfg.model
     sd = {
         "model.embed_tokens.weight": state["embedding.word_embeddings.weight"] * f.embedding,
         "model.norm.weight": state["decoder.final_layernorm.weight"],
     }
+    kinds = (("_w", "weight"), ("_b", "bias")) if m.add_bias_linear else (("_w", "weight"),)
     for i in range(m.num_layers):
         t = _layer_tensors(state, i, cfg, f)
+        for suffix, _ in kinds:  # megatron's GLU: silu(first half of fc1) * second half
+            t["gate" + suffix], t["up" + suffix] = t["fc1" + suffix].chunk(2, dim=0)
         h = f"model.layers.{i}."
-        gate, up = t["fc1_w"].chunk(2, dim=0)  # megatron's GLU: silu(first half) * second half
-        sd.update(
-            {
-                h + "input_layernorm.weight": t["input_layernorm_w"],
-                h + "post_attention_layernorm.weight": t["pre_mlp_layernorm_w"],
-                h + "self_attn.q_proj.weight": t["q_w"],
-                h + "self_attn.k_proj.weight": t["k_w"],
-                h + "self_attn.v_proj.weight": t["v_w"],
-                h + "self_attn.o_proj.weight": t["o_w"],
-                h + "mlp.gate_proj.weight": gate,
-                h + "mlp.up_proj.weight": up,
-                h + "mlp.down_proj.weight": t["fc2_w"],
-            }
-        )
-        if m.add_bias_linear:
-            gate_b, up_b = t["fc1_b"].chunk(2, dim=0)
-            sd.update(
-                {
-                    h + "self_attn.q_proj.bias": t["q_b"],
-                    h + "self_attn.k_proj.bias": t["k_b"],
-                    h + "self_attn.v_proj.bias": t["v_b"],
-                    h + "self_attn.o_proj.bias": t["o_b"],
-                    h + "mlp.gate_proj.bias": gate_b,
-                    h + "mlp.up_proj.bias": up_b,
-                    h + "mlp.down_proj.bias": t["fc2_b"],
-                }
-            )
+        sd[h + "input_layernorm.weight"] = t["input_layernorm_w"]
+        sd[h + "post_attention_layernorm.weight"] = t["pre_mlp_layernorm_w"]
+        for short, module in _LLAMA_LINEARS.items():
+            for suffix, kind in kinds:
+                sd[f"{h}{module}.{kind}"] = t[short + suffix]
     if m.untie_embeddings_and_output_weights:
         sd["lm_head.weight"] = state["output_layer.weight"] * f.logit
     return sd
