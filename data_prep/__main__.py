@@ -1,7 +1,10 @@
 """Command line: ``python -m data_prep --config FILE [key=value ...]`` or the flag form.
 
+``--executor slurm [--dry-run]`` submits the stages as SLURM jobs (data_prep/slurm.py);
+``--submission DIR --stage NAME`` is what those jobs run (one array task).
 Exit codes: 0 done; 1 the run failed (error budget exceeded, nothing readable, a crash),
-work so far is kept and a rerun resumes; 2 invalid config or command line (nothing done).
+work so far is kept and a rerun resumes; 2 invalid config or command line (nothing done);
+75 an array task was preempted (its finished units are kept).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +21,7 @@ EXAMPLES = """examples:
   python -m data_prep --config configs/data_prep/jsonl_dump.yaml runtime.workers=8
   python -m data_prep --input 'shards/*.jsonl.gz' --output out/ --vocab-size 2048
   python -m data_prep --input crawl/ --format wet --output out/ --tokenizer tokenizer.model
+  python -m data_prep --config configs/data_prep/cc_wet.yaml --executor slurm --dry-run runtime.slurm.array_tasks=64
 """
 
 
@@ -37,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="worker processes (0: in this process) -> runtime.workers")
     p.add_argument("--no-progress", action="store_true", help="no progress bars -> runtime.progress=false")
     p.add_argument("--restart", action="store_true", help="delete the output directory's work files first")
+    p.add_argument(
+        "--executor", choices=("local", "slurm"), help="local cores, or SLURM job arrays -> runtime.executor"
+    )
+    p.add_argument("--dry-run", action="store_true", help="slurm: write the scripts, print the sbatch commands")
+    p.add_argument("--submission", metavar="DIR", help="run one task of this SLURM submission (see --stage)")
+    p.add_argument("--stage", help="with --submission: the stage whose task to run")
+    p.add_argument("--task", type=int, help="with --submission: the task's rank (default: $SLURM_ARRAY_TASK_ID)")
+    p.add_argument("--tasks", type=int, help="with --submission: the stage's task count (checked)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, applied last")
     return p
 
@@ -55,13 +68,14 @@ def _flag_layer(args: argparse.Namespace) -> dict:
     put("tokenizer", "vocab_size", args.vocab_size)
     put("tokenizer", "path", args.tokenizer)
     put("runtime", "workers", args.workers)
+    put("runtime", "executor", args.executor)
     if args.no_progress:
         put("runtime", "progress", False)
     return layer
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # overrides may come before or after flags
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
     )
@@ -72,16 +86,25 @@ def main(argv: list[str] | None = None) -> int:
     from data_prep.tokenizer import TokenizerError
     from runconfig import ConfigError
 
+    if args.submission:
+        return _array_task(args)
     try:
         cfg = load_data_prep_config(args.config, args.overrides, [_flag_layer(args)])
     except ConfigError as exc:
         print(f"data_prep: config error: {exc}", file=sys.stderr)
         return 2
+    if args.dry_run and cfg.runtime.executor != "slurm":
+        print("data_prep: --dry-run goes with --executor slurm", file=sys.stderr)
+        return 2
     if args.restart:
         shutil.rmtree(Path(cfg.output.dir) / ".work", ignore_errors=True)
     try:
+        if cfg.runtime.executor == "slurm":
+            from data_prep.slurm import submit
+
+            return submit(cfg, args.dry_run)
         manifest = run(cfg)
-    except (InputError, TokenizerError) as exc:
+    except (InputError, TokenizerError, ValueError) as exc:  # ValueError: a #SBATCH value (ScriptError)
         print(f"data_prep: config error: {exc}", file=sys.stderr)
         return 2
     except DataPrepError as exc:
@@ -100,6 +123,29 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _array_task(args: argparse.Namespace) -> int:
+    """One task of a SLURM submission; the rank comes from --task or SLURM_ARRAY_TASK_ID."""
+    from data_prep.pipeline import DataPrepError
+    from data_prep.slurm import load_frozen, run_array_task
+
+    if not args.stage:
+        print("data_prep: --submission needs --stage", file=sys.stderr)
+        return 2
+    folder = Path(args.submission)
+    rank = args.task
+    if rank is None and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        rank = int(os.environ["SLURM_ARRAY_TASK_ID"])
+    try:
+        frozen_tasks = load_frozen(folder)[2]
+        if args.tasks is not None and frozen_tasks.get(args.stage) != args.tasks:
+            print(f"data_prep: --tasks {args.tasks}: {folder} has {frozen_tasks.get(args.stage)}", file=sys.stderr)
+            return 2
+        return run_array_task(folder, args.stage, rank)
+    except DataPrepError as exc:
+        print(f"data_prep: failed: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

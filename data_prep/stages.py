@@ -449,10 +449,7 @@ def tokenizer(job: Job, plan_: Plan) -> tuple[str, dict]:
         atomic_write_json(sidecar, {"fingerprint": None, "sha256": file_sha256(target), "info": info})
         return str(target), info
     target = out / "tokenizer.model"
-    hashes = load_hashes(job, plan_.results)
-    rows = sample_rows(hashes, plan_.assignment != DROP, _text_lengths(job), tcfg.sample_chars)
-    sample_digest = hashlib.sha256(hashes[rows].tobytes()).hexdigest()[:16]
-    train_fp = fingerprint(_training_fields(tcfg)) + "-" + sample_digest
+    train_fp, rows = _training_fingerprint(job, plan_)
     marker = read_json(sidecar)
     if (
         target.exists()
@@ -475,6 +472,21 @@ def tokenizer(job: Job, plan_: Plan) -> tuple[str, dict]:
     if marker != sidecar_data:
         atomic_write_json(sidecar, sidecar_data)
     return str(target), info
+
+
+def _training_fingerprint(job: Job, plan_: Plan) -> tuple[str, np.ndarray]:
+    """The training settings and sample a trained tokenizer comes from, and the sample's rows."""
+    hashes = load_hashes(job, plan_.results)
+    rows = sample_rows(hashes, plan_.assignment != DROP, _text_lengths(job), job.cfg.tokenizer.sample_chars)
+    sample_digest = hashlib.sha256(hashes[rows].tobytes()).hexdigest()[:16]
+    return fingerprint(_training_fields(job.cfg.tokenizer)) + "-" + sample_digest, rows
+
+
+def _tokenizer_current(job: Job, plan_: Plan) -> bool:
+    target, info = load_tokenizer_stage(job)
+    if job.cfg.tokenizer.path is not None:
+        return info["source"] is not None and file_sha256(info["source"]) == file_sha256(target)
+    return read_json(job.work / "tokenizer.json")["fingerprint"] == _training_fingerprint(job, plan_)[0]
 
 
 def load_tokenizer_stage(job: Job) -> tuple[str, dict]:
@@ -615,6 +627,21 @@ def tokenize_and_merge(
 # ----------------------------------------------------------------------------- manifest
 
 
+def config_section(cfg: DataPrepConfig) -> dict:
+    """The settings that shape the output (not runtime or error budget), as the manifest records them."""
+    return json.loads(
+        json.dumps(
+            {
+                "input": asdict(cfg.input),
+                "clean": asdict(cfg.clean),
+                "tokenizer": asdict(cfg.tokenizer),
+                "split": asdict(cfg.split),
+                "output": {"train_prefix": cfg.output.train_prefix, "valid_prefix": cfg.output.valid_prefix},
+            }
+        )
+    )
+
+
 def write_manifest(job: Job, plan_: Plan, tokenizer_info: dict, merge: dict, run_info: dict) -> dict:
     """manifest.json (and skipped.jsonl), written last, atomically."""
     inputs = inputs_view(job, plan_.results)
@@ -658,15 +685,63 @@ def write_manifest(job: Job, plan_: Plan, tokenizer_info: dict, merge: dict, run
         "skipped": skipped[: cfg.errors.max_listed],
         "skipped_log": "skipped.jsonl",
         "inputs": listed,
-        "config": {
-            "input": asdict(cfg.input),
-            "clean": asdict(cfg.clean),
-            "tokenizer": asdict(cfg.tokenizer),
-            "split": asdict(cfg.split),
-            "output": {"train_prefix": cfg.output.train_prefix, "valid_prefix": cfg.output.valid_prefix},
-        },
+        "config": config_section(cfg),
         "run": run_info,
     }
     write_skipped_log(job, inputs)
     atomic_write_json(job.out / "manifest.json", manifest)
     return manifest
+
+
+# ----------------------------------------------------------------------------- what is left
+
+
+def unfinished_units(job: Job, stage: Stage) -> list:
+    """The units of ``stage`` a run still has to do (all of them while its inputs are not ready)."""
+    try:
+        if stage.name == "clean":
+            fp, out_dir = clean_fingerprint(job.cfg), job.dir("clean")
+            left = []
+            for shard in job.shards:
+                marker = read_json(shard_paths(out_dir, shard.shard_id)["marker"])
+                failed_here = bool(marker and marker.get("failed") and marker.get("fingerprint") == fp)
+                if not (_clean_marker_valid(marker, shard, fp, out_dir) or failed_here):
+                    left.append(shard)
+            return left
+        if stage.name == "signatures":
+            results = clean_results(job)
+            out_dir = job.dir("near_dedup")
+            return [
+                s
+                for s, r in zip(job.shards, results)
+                if (read_json(near_dedup.signature_paths(out_dir, s.shard_id)["marker"]) or {}).get("fingerprint")
+                != _signature_fingerprint(job, r)
+            ]
+        if stage.name == "buckets":
+            fp = _band_fingerprint(job, signature_markers(job))
+            return [
+                band
+                for band in range(job.cfg.clean.near_dedup.bands)
+                if (read_json(near_dedup.band_paths(job.dir("near_dedup"), band)["marker"]) or {}).get("fingerprint")
+                != fp
+            ]
+        plan_ = load_plan(job)
+        if stage.name == "plan":
+            return []
+        if stage.name == "tokenizer":
+            return [] if _tokenizer_current(job, plan_) else [None]
+        tokenizer_file, info = load_tokenizer_stage(job)
+        if stage.name == "tokenize":
+            left = {t.shard_id for t in _tokenize_todo(job, job.shards, plan_, tokenizer_file)}
+            return [s for s in job.shards if s.shard_id in left]
+        manifest = read_json(job.out / "manifest.json")
+        current = (
+            manifest is not None
+            and manifest.get("tokenizer", {}).get("sha256") == info["sha256"]
+            and manifest.get("documents", {}).get("kept") == int((plan_.assignment != DROP).sum())
+            and manifest.get("config") == config_section(job.cfg)
+            and not _tokenize_todo(job, job.shards, plan_, tokenizer_file)
+        )
+        return [] if current else [None]
+    except DataPrepError:
+        return units(job, stage)
