@@ -101,6 +101,10 @@ def execute(
         return result
     if not shutil.which(plan.train_cmd[0]):
         raise LaunchError(f"trainer command not found: {plan.train_cmd[0]!r} (sweep.yaml train_cmd: {plan.train_cmd})")
+    script = next((a for a in plan.train_cmd[1:2] if a.endswith(".py")), None)
+    if script is not None and not Path(script).is_file():
+        # otherwise every run would fail with python's exit 2 and be recorded as an invalid config
+        raise LaunchError(f"trainer script not found: {script!r} (sweep.yaml train_cmd: {plan.train_cmd})")
 
     slots = make_slots(max_parallel, plan.executor.gpus_per_run)
     fork = plan.executor.start == "fork"

@@ -387,3 +387,13 @@ def test_concurrent_runs_get_distinct_gpus(tmp_path, monkeypatch):
         (ga, gb) for i, (a0, a1, ga) in enumerate(spans) for b0, b1, gb in spans[i + 1 :] if a0 < b1 and b0 < a1
     ]
     assert overlapping and all(ga != gb for ga, gb in overlapping)  # runs side by side never share a GPU
+
+
+def test_missing_trainer_script_stops_the_sweep_before_any_run(tmp_path, monkeypatch, capsys):
+    """A sweep moved to another checkout: no run may be started and recorded as an invalid config."""
+    missing = tmp_path / "gone" / "train_gpt.py"
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", f"{sys.executable} {missing}")
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(_spec(tmp_path)), "--sweep-dir", str(sweep_dir), "--no-progress"]) != 0
+    assert f"trainer script not found: {str(missing)!r}" in capsys.readouterr().err
+    assert all(not (rd / "launch" / "attempts.json").exists() for rd in _runs(sweep_dir).values())
