@@ -151,3 +151,34 @@ def test_out_must_be_an_export_folder(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     assert main([str(run), "--out", str(tmp_path / "mine")]) == 2
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
+    """A run whose data_prep used a tokenizer.json: the export carries it; ids identical."""
+    from pydoc_data.topics import topics
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer
+
+    from data_prep.api import build_from_texts
+
+    texts = [t for t in topics.values() if len(t) > 500]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    data = tmp_path / "data"
+    build_from_texts(
+        texts, data, workers=1, valid_fraction=0.1, overrides=[f"tokenizer.path={tmp_path / 'tokenizer.json'}"]
+    )
+    run = train(tmp_path / "run", ["data.mock=false", f"data.manifest={data}", "model.vocab_size=null", *FAST])
+    record = check_export(run, tmp_path / "hf", "gpt2", "depth_mup")
+    assert record["tokenizer"]["type"] == "huggingface" and record["tokenizer"]["eos_token"] == "<|endoftext|>"
+    parity = record["tokenizer"]["parity"]
+    assert parity["texts"] >= 30 and parity["identical_ids"] == parity["texts"] == parity["identical_decode"]
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert exported.eos_token_id == tok.token_to_id("<|endoftext|>") == record["vocab"]["eod_id"]
