@@ -177,9 +177,9 @@ class NearDedupConfig:
     enabled: bool = False
     shingle_words: int = 5  # shingles: runs of this many lower-cased, whitespace-split words
     num_perm: int = 128  # MinHash permutations (datasketch, its default affine32 scheme)
-    bands: int = 20  # LSH bands; bands * rows <= num_perm
-    rows: int = 5  # MinHash values per band
-    threshold: float = 0.7  # estimated Jaccard similarity a candidate pair needs
+    bands: int = 32  # LSH bands; bands * rows <= num_perm
+    rows: int = 4  # MinHash values per band
+    threshold: float = 0.5  # estimated Jaccard similarity a candidate pair needs
     seed: int = 1  # datasketch's permutation seed
 
     def __post_init__(self) -> None:

@@ -147,13 +147,8 @@ def band_paths(out_dir: str, band: int) -> dict[str, str]:
 def band_pairs(task: BandTask) -> dict:
     """Verified near-duplicate pairs (first, other) of one band, as global document numbers."""
     started, cpu_started = time.perf_counter(), time.process_time()
-    rows = slice(task.band * task.cfg.rows, (task.band + 1) * task.cfg.rows)
     maps = [np.load(path, mmap_mode="r") for path in task.signature_files]
-    offsets = np.cumsum([0] + [m.shape[1] for m in maps])
-    keys = np.concatenate([np.asarray(m[rows]) for m in maps], axis=1) if maps else np.zeros((0, 0))
-    candidates = bucket_pairs(keys)
-    similar = estimated_jaccard(maps, offsets, candidates) >= task.cfg.threshold
-    pairs = candidates[similar]
+    candidates, pairs = band_pairs_of(maps, task.band, task.cfg)
     paths = band_paths(task.out_dir, task.band)
     os.makedirs(task.out_dir, exist_ok=True)
     tmp = tmp_path(paths["pairs"])
@@ -170,6 +165,15 @@ def band_pairs(task: BandTask) -> dict:
     }
     atomic_write_json(paths["marker"], result)
     return result
+
+
+def band_pairs_of(maps: list[np.ndarray], band: int, cfg: NearDedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(candidates, verified pairs) of one band over signature arrays in shard order."""
+    rows = slice(band * cfg.rows, (band + 1) * cfg.rows)
+    offsets = np.cumsum([0] + [m.shape[1] for m in maps])
+    keys = np.concatenate([np.asarray(m[rows]) for m in maps], axis=1) if maps else np.zeros((0, 0))
+    candidates = bucket_pairs(keys)
+    return candidates, candidates[estimated_jaccard(maps, offsets, candidates) >= cfg.threshold]
 
 
 def bucket_pairs(keys: np.ndarray) -> np.ndarray:
@@ -203,15 +207,21 @@ def estimated_jaccard(maps: list[np.ndarray], offsets: np.ndarray, pairs: np.nda
 # ----------------------------------------------------------------------------- components
 
 
-def first_of_components(documents: int, pairs: np.ndarray) -> np.ndarray:
-    """Boolean mask: True for the first document (lowest number) of each connected component."""
+def component_labels(documents: int, pairs: np.ndarray) -> np.ndarray:
+    """Connected component of each document under the pairs (scipy's graph search)."""
     if not len(pairs):
-        return np.ones(documents, dtype=bool)
+        return np.arange(documents)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
     graph = coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(documents,) * 2)
-    count, labels = connected_components(graph, directed=False)
+    return connected_components(graph, directed=False)[1]
+
+
+def first_of_components(documents: int, pairs: np.ndarray) -> np.ndarray:
+    """Boolean mask: True for the first document (lowest number) of each connected component."""
+    labels = component_labels(documents, pairs)
+    count = int(labels.max()) + 1 if documents else 0
     first = np.full(count, documents, dtype=np.int64)
     np.minimum.at(first, labels, np.arange(documents))
     return first[labels] == np.arange(documents)
