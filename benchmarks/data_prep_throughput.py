@@ -1,4 +1,5 @@
-"""data_prep throughput: end-to-end tokens/s per worker against the raw tokenizer, and 1 -> 2 workers.
+"""data_prep throughput: end-to-end tokens/s per worker against the raw tokenizer, and 1 -> 2 workers,
+for two input layouts of the same text: many small files, and one large file.
 
     python benchmarks/data_prep_throughput.py [--mb 48] [--shards 8] [--vocab-size 32000] [--repeats 3]
 
@@ -8,9 +9,12 @@ the SentencePiece tokenizer once with the default config, then, interleaved and 
 
 * raw: ``encode_batch_arrays`` (SentencePiece batch encode, one thread, batches of
   ``tokenizer.encode_batch_docs``) over the cleaned texts of the same run, already in memory;
-* e2e(1), e2e(2): the whole pipeline with default filters (read JSONL, normalize, filter,
-  dedup, tokenize, write shards, merge with Megatron's builder, manifest) into a fresh
-  output directory, with 1 and 2 worker processes, given the trained tokenizer.
+* e2e(layout, 1), e2e(layout, 2): the whole pipeline with default filters (read JSONL,
+  normalize, filter, dedup, tokenize, write shards, merge with Megatron's builder, manifest)
+  into a fresh output directory, with 1 and 2 worker processes, given the trained tokenizer,
+  for layout ``many`` (``--shards`` files) and ``one`` (the same files concatenated into one:
+  the same documents in the same order, so every run must write the same .bin/.idx bytes;
+  the large file is cut into ``input.shard_bytes`` byte ranges).
 
 It prints the best (minimum) wall time of each, the ratios within each repetition (robust
 when the load of a shared machine changes between runs) and, because other processes on a shared
@@ -135,7 +139,7 @@ def file_digest(paths: list[Path]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=48, help="synthetic JSONL size in MB")
-    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--shards", type=int, default=8, help="files of the 'many' layout")
     parser.add_argument("--vocab-size", type=int, default=32000)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the best time counts")
     parser.add_argument("--workdir", help="default: a temporary directory, removed at the end")
@@ -152,15 +156,25 @@ def main() -> int:
     inputs, source = sorted((work / "input").glob("*.jsonl")), "an earlier run of this benchmark (--workdir)"
     if not inputs:
         inputs, source = generate_jsonl(work / "input", args.mb, args.shards)
+    (work / "one").mkdir(exist_ok=True)
+    large = work / "one" / "all.jsonl"
+    if not large.exists():
+        with open(large, "wb") as fh:
+            for path in inputs:
+                fh.write(path.read_bytes())
     in_bytes = sum(p.stat().st_size for p in inputs)
-    print(f"input: {len(inputs)} JSONL shards, {in_bytes / 1e6:.1f} MB, text from {source}")
+    shard_bytes = load_data_prep_config(None, [f"input.paths=[{large}]"]).input.shard_bytes
+    print(
+        f"input: {len(inputs)} JSONL files ('many') or one file ('one', cut into {shard_bytes / 2**20:.0f} MiB "
+        f"byte ranges), {in_bytes / 1e6:.1f} MB, text from {source}"
+    )
 
     started = time.perf_counter()
     import megatron.core.datasets.indexed_dataset  # noqa: F401  (fixed start-up cost, timed here)
 
     megatron_import = time.perf_counter() - started
-
-    base = [f"input.paths=[{work / 'input'}]", "runtime.progress=false"]
+    layouts = {"many": work / "input", "one": work / "one"}
+    base = ["runtime.progress=false"]
     setup = work / "setup"
     shutil.rmtree(setup, ignore_errors=True)
     started = time.perf_counter()
@@ -169,6 +183,7 @@ def main() -> int:
             None,
             [
                 *base,
+                f"input.paths=[{layouts['many']}]",
                 f"output.dir={setup}",
                 f"tokenizer.vocab_size={args.vocab_size}",
                 "tokenizer.sample_chars=20000000",
@@ -192,76 +207,96 @@ def main() -> int:
     for arrow in sorted((setup / ".work" / "clean").glob("*.arrow")):
         with pa.memory_map(str(arrow)) as src:
             texts += pa.ipc.open_file(src).read_all().column(0).to_pylist()
-    batch = load_data_prep_config(None, base).tokenizer.encode_batch_docs
+    batch = load_data_prep_config(None, [*base, "input.paths=[x]"]).tokenizer.encode_batch_docs
 
-    def raw() -> tuple[float, float, int]:
+    def raw() -> tuple[float, float, int, None]:
         c0, t0 = cpu_seconds(), time.perf_counter()
         n = 0
         for i in range(0, len(texts), batch):
             n += sum(map(len, tokenizer.encode_batch_arrays(texts[i : i + batch])))
-        return time.perf_counter() - t0, cpu_seconds() - c0, n + len(texts)  # + one EOD per document
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        print(f"    raw: got {cpu / wall:.0%} of a core")
+        return wall, cpu, n + len(texts), None  # + one EOD per document
 
-    def e2e(workers: int) -> tuple[float, float, int, str]:
-        out = work / f"e2e-{workers}"
+    def e2e(layout: str, workers: int) -> tuple[float, float, int, str]:
+        out = work / f"e2e-{layout}-{workers}"
         shutil.rmtree(out, ignore_errors=True)
         cfg = load_data_prep_config(
-            None, [*base, f"output.dir={out}", f"tokenizer.path={tokenizer_path}", f"runtime.workers={workers}"]
+            None,
+            [
+                *base,
+                f"input.paths=[{layouts[layout]}]",
+                f"output.dir={out}",
+                f"tokenizer.path={tokenizer_path}",
+                f"runtime.workers={workers}",
+            ],
         )
         c0, t0 = cpu_seconds(), time.perf_counter()
         m = run(cfg)
         task_cpu, task_wall = worker_seconds(out)
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0 + task_cpu
-        shares.append(task_cpu / task_wall)
+        print(
+            f"    {layout}/{workers}: {m['run']['workers']} worker(s) over {len(list((out / '.work' / 'clean').glob('*.json')))} "
+            f"shards; workers got {task_cpu / task_wall:.0%} of a core"
+        )
         digest = file_digest([out / f"{p}.{ext}" for p in ("train", "valid") for ext in ("bin", "idx")])
         return wall, cpu, m["train"]["tokens"] + m["valid"]["tokens"], digest
 
-    shares: list[float] = []  # CPU / wall of worker tasks: 1.0 means each worker had a core to itself
+    runs = {"raw": raw}
+    for layout in layouts:
+        for workers in (1, 2):
+            runs[f"{layout}/{workers}"] = lambda layout=layout, workers=workers: e2e(layout, workers)
     best: dict[str, tuple[float, float]] = {}
     per_rep: list[dict[str, float]] = []  # wall seconds of each measurement, by repetition
     tokens: dict[str, int] = {}
     digests = set()
     for rep in range(args.repeats):
         per_rep.append({})
-        for name, fn in (("raw", raw), ("e2e1", lambda: e2e(1)), ("e2e2", lambda: e2e(2))):
-            result = fn()
-            wall, cpu, n = result[0], result[1], result[2]
-            if len(result) == 4:
-                digests.add(result[3])
+        for name, fn in runs.items():
+            wall, cpu, n, digest = fn()
+            if digest is not None:
+                digests.add(digest)
             tokens[name] = n
             per_rep[-1][name] = wall
             old = best.get(name, (math.inf, math.inf))
             best[name] = (min(old[0], wall), min(old[1], cpu))
-            share = (
-                f", workers got {shares[-1]:.0%} of a core" if len(result) == 4 else f", got {cpu / wall:.0%} of a core"
-            )
-            print(f"  rep {rep} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, {n} tokens, {n / wall:,.0f} tok/s{share}")
+            print(f"  rep {rep} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, {n} tokens, {n / wall:,.0f} tok/s")
     if len(set(tokens.values())) != 1:
         print(f"ERROR: token counts differ: {tokens}")
         return 1
     if len(digests) != 1:
-        print(f"ERROR: outputs differ between runs / worker counts: {digests}")
+        print(f"ERROR: outputs differ between layouts / worker counts: {digests}")
         return 1
     n = tokens["raw"]
-    raw_tps = n / best["raw"][0]
-    e1_tps, e2_tps = n / best["e2e1"][0], n / best["e2e2"][0]
+    raw_wall = best["raw"][0]
     print()
     print(f"tokens: {n:,} (vocab {tokenizer.vocab_size}, {in_bytes / n:.2f} input bytes per token)")
-    print(f"raw tokenizer encode (1 thread):  {raw_tps:12,.0f} tok/s   best of {args.repeats}")
-    print(f"end-to-end, 1 worker:             {e1_tps:12,.0f} tok/s")
-    print(f"end-to-end, 2 workers:            {e2_tps:12,.0f} tok/s")
-    print(f"RATIO per worker, 1 worker  (e2e1 / raw):        {e1_tps / raw_tps:.3f}   (goal >= 0.9)")
-    print(f"RATIO per worker, 2 workers (e2e2 / 2 / raw):    {e2_tps / 2 / raw_tps:.3f}")
-    print(f"SPEED-UP 1 -> 2 workers (e2e2 / e2e1):           {e2_tps / e1_tps:.3f}   (goal >= 1.7)")
-    ratios = sorted(r["raw"] / r["e2e1"] for r in per_rep)
-    speedups = sorted(r["e2e1"] / r["e2e2"] for r in per_rep)
-    print(f"same-repetition ratios e2e1/raw: {[round(x, 3) for x in ratios]}  median {statistics.median(ratios):.3f}")
+    print(f"raw tokenizer encode (1 thread): {n / raw_wall:12,.0f} tok/s   best of {args.repeats}")
+    print()
     print(
-        f"same-repetition speed-ups e2e2/e2e1: {[round(x, 3) for x in speedups]}  median {statistics.median(speedups):.3f}"
+        "| layout | workers | best wall s | tok/s | e2e time / raw encode time | speed-up 1 -> 2 (best) "
+        "| speed-up, same-repetition median | CPU-time e2e / raw |"
     )
-    print(f"CPU-time ratio, 1 worker (raw CPU / e2e1 CPU):   {best['raw'][1] / best['e2e1'][1]:.3f}")
-    print(f"CPU-time ratio, 2 workers (raw CPU / e2e2 CPU):  {best['raw'][1] / best['e2e2'][1]:.3f}")
+    print("|---|---|---|---|---|---|---|---|")
+    for layout in layouts:
+        for workers in (1, 2):
+            name = f"{layout}/{workers}"
+            wall, cpu = best[name]
+            speed = median = ""
+            if workers == 2:
+                speed = f"{best[f'{layout}/1'][0] / wall:.2f}"
+                ups = [r[f"{layout}/1"] / r[name] for r in per_rep]
+                median = f"{statistics.median(ups):.2f} ({', '.join(f'{u:.2f}' for u in ups)})"
+            ratio = wall / raw_wall if workers == 1 else wall * 2 / raw_wall
+            label = "" if workers == 1 else " (x2 workers)"
+            print(
+                f"| {layout} | {workers} | {wall:.2f} | {n / wall:,.0f} | {ratio:.3f}{label} | {speed} | {median} "
+                f"| {cpu / best['raw'][1]:.3f} |"
+            )
+    print()
+    print("goals: e2e time / raw encode time <= 1.05 with 1 worker; speed-up 1 -> 2 >= 1.8 for both layouts")
     print(f"fixed start-up, not in the ratios: Megatron import {megatron_import:.1f} s")
-    print(f"outputs identical across runs and worker counts: {len(digests) == 1}")
+    print(f"outputs identical across layouts, runs and worker counts: {len(digests) == 1}")
     print(f"load average at end: {os.getloadavg()}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)

@@ -40,7 +40,7 @@ class InputConfig:
     read_block_bytes: int = 8 << 20  # JSONL is parsed in blocks of about this many bytes
     # Inputs larger than this are cut into shards of about this size, one unit of work each:
     # plain JSONL at line boundaries, parquet at row-group boundaries (data_prep/shards.py).
-    shard_bytes: int = 16 << 20
+    shard_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         _choice("input.format", self.format, FORMATS)
