@@ -89,3 +89,13 @@ def test_shard_list_round_trips_and_whole_files_keep_their_ids(tmp_path):
     import hashlib
 
     assert shards[-1].shard_id == hashlib.sha1(str(small).encode()).hexdigest()[:16]
+
+
+def test_a_skipped_long_line_ending_at_a_block_end_does_not_end_the_file(tmp_path):
+    """The newline of an over-long line is the last byte of a read block: the lines after it stay."""
+    path = tmp_path / "long.jsonl"
+    first = json.dumps({"text": "x" * (4095 - 12)}).encode()  # 4095 bytes + newline = 4 blocks of 1024
+    assert len(first) == 4095
+    path.write_bytes(first + b"\n" + json.dumps({"text": english_doc(1)}).encode() + b"\n")
+    texts, skipped, info = read_sharded(path, "jsonl", 1 << 30, max_record_bytes=2048, read_block_bytes=1024)
+    assert texts == [english_doc(1)] and skipped == [] and info["lines"] == 2
