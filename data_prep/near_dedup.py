@@ -103,6 +103,23 @@ def signature_paths(out_dir: str, shard_id: str) -> dict[str, str]:
     return {"signatures": base + ".sig.npy", "marker": base + ".sig.json"}
 
 
+def _publish_array(path: str, array: np.ndarray) -> None:
+    """An ``.npy`` written under a temporary name and renamed (a unit's output, before its marker)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = tmp_path(path)
+    with open(tmp, "wb") as fh:
+        np.save(fh, array)
+    publish(tmp, path)
+
+
+def _write_marker(path: str, result: dict, started: float, cpu_started: float) -> dict:
+    """The unit's marker, written last, with its wall and CPU seconds."""
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    atomic_write_json(path, result)
+    return result
+
+
 def signature_shard(task: SignatureTask) -> dict:
     started, cpu_started = time.perf_counter(), time.process_time()
     perms = permutations(task.cfg)
@@ -113,21 +130,14 @@ def signature_shard(task: SignatureTask) -> dict:
             parts.append(signatures(reader.get_batch(index).column(0).to_pylist(), task.cfg, perms))
     sig = np.concatenate(parts, axis=1) if parts else np.zeros((task.cfg.num_perm, 0), dtype=np.uint32)
     paths = signature_paths(task.out_dir, task.shard_id)
-    os.makedirs(task.out_dir, exist_ok=True)
-    tmp = tmp_path(paths["signatures"])
-    with open(tmp, "wb") as fh:
-        np.save(fh, sig)
-    publish(tmp, paths["signatures"])
+    _publish_array(paths["signatures"], sig)
     result = {
         "shard_id": task.shard_id,
         "fingerprint": task.fingerprint,
         "documents": int(sig.shape[1]),
         "sha256": hashlib.sha256(sig.tobytes()).hexdigest()[:16],
-        "seconds": round(time.perf_counter() - started, 3),
-        "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }
-    atomic_write_json(paths["marker"], result)
-    return result
+    return _write_marker(paths["marker"], result, started, cpu_started)
 
 
 @dataclass
@@ -150,21 +160,14 @@ def band_pairs(task: BandTask) -> dict:
     maps = [np.load(path, mmap_mode="r") for path in task.signature_files]
     candidates, pairs = band_pairs_of(maps, task.band, task.cfg)
     paths = band_paths(task.out_dir, task.band)
-    os.makedirs(task.out_dir, exist_ok=True)
-    tmp = tmp_path(paths["pairs"])
-    with open(tmp, "wb") as fh:
-        np.save(fh, pairs)
-    publish(tmp, paths["pairs"])
+    _publish_array(paths["pairs"], pairs)
     result = {
         "band": task.band,
         "fingerprint": task.fingerprint,
         "candidates": int(len(candidates)),
         "pairs": int(len(pairs)),
-        "seconds": round(time.perf_counter() - started, 3),
-        "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }
-    atomic_write_json(paths["marker"], result)
-    return result
+    return _write_marker(paths["marker"], result, started, cpu_started)
 
 
 def band_pairs_of(maps: list[np.ndarray], band: int, cfg: NearDedupConfig) -> tuple[np.ndarray, np.ndarray]:
