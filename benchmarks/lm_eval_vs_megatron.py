@@ -24,11 +24,10 @@ sys.path.insert(0, str(REPO))
 def main() -> None:
     from data_prep.tokenizer import load_tokenizer
     from tests.test_lm_eval import encode_pair, megatron_loglik
+    from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
     from training.data import read_manifest
     from training.distributed import single_process
     from training.export_hf import read_run_config
-    from training.full_state import find_checkpoint, read_full_state
-    from training.model import Placement, build_model, padded_vocab_size
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
@@ -38,10 +37,7 @@ def main() -> None:
     tok = load_tokenizer(source)
     rows = [json.loads(line) for line in (run / "lm_eval_samples.jsonl").read_text().splitlines()]
     with single_process():
-        vocab = padded_vocab_size(tok.vocab_size, cfg.parallel.tensor_model_parallel_size)
-        model = build_model(cfg, vocab, Placement(initialize=False))
-        model.load_state_dict(read_full_state(find_checkpoint(run), cfg, vocab), strict=False)
-        model.eval()
+        model = load_model_weights(one_process_config(cfg), find_checkpoint(run))
         diffs = [
             abs(
                 r["loglikelihood"]

@@ -47,10 +47,9 @@ def run_config(path: Path, overrides: list[str] | None = None) -> RunConfig:
             f"{path}: model.transformer_impl={cfg.model.transformer_impl!r}; only the local spec can be rebuilt "
             "on CPU (Transformer Engine's parameter names differ)"
         )
-    par = dataclasses.replace(
-        cfg.parallel, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, sequence_parallel=False
-    )
-    return dataclasses.replace(cfg, parallel=par)
+    from training.checkpoint import one_process_config
+
+    return one_process_config(cfg)
 
 
 def with_depth(cfg: RunConfig, num_layers: int) -> RunConfig:

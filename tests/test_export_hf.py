@@ -182,3 +182,35 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     assert parity["texts"] >= 30 and parity["identical_ids"] == parity["texts"] == parity["identical_decode"]
     exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert exported.eos_token_id == tok.token_to_id("<|endoftext|>") == record["vocab"]["eod_id"]
+
+
+def test_gpu_dist_checkpoint_exports(tmp_path, megatron, monkeypatch):
+    """A run whose checkpoint is the GPU path's dist_checkpointing folder (written here from a
+    trained CPU run's weights, as tests/test_eval_diversity.py does): same export, same parity."""
+    import shutil
+
+    import torch
+    from megatron.core import dist_checkpointing
+
+    from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
+    from training.export_hf import read_run_config
+
+    src = train(tmp_path / "src", case_overrides("ode", "llama"))
+    cfg = one_process_config(read_run_config(src))
+    model = load_model_weights(cfg, find_checkpoint(src))
+    run = tmp_path / "gpu_run"
+    step = run / "checkpoints" / "step_00000002"
+    (step / "dist").mkdir(parents=True)
+    shutil.copy(src / "config.yaml", run / "config.yaml")
+    common = json.loads((find_checkpoint(src).path / "common.json").read_text())
+    (step / "common.json").write_text(json.dumps({**common, "layout": {"tp": 2, "pp": 1, "dp": 1}}))
+    (run / "checkpoints" / "latest").write_text("step_00000002\n")
+    # megatron's saver synchronizes CUDA unconditionally; on a CPU-only torch those calls are stubbed here
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    dist_checkpointing.save({"model": model.sharded_state_dict()}, str(step / "dist"))
+    monkeypatch.undo()
+    record = check_export(run, tmp_path / "hf", "llama", "ode")
+    assert record["checkpoint_format"] == "dist"
+    baseline = export(src, tmp_path / "hf_cpu")
+    assert record["parity"]["loss_megatron"] == pytest.approx(baseline["parity"]["loss_megatron"], abs=1e-6)

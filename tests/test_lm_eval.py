@@ -65,9 +65,8 @@ def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
     from transformers import AutoTokenizer
 
     from data_prep.tokenizer import load_tokenizer
+    from training.checkpoint import find_checkpoint, load_model_weights
     from training.export_hf import read_run_config
-    from training.full_state import find_checkpoint, read_full_state
-    from training.model import Placement, build_model, padded_vocab_size
 
     args = ["lm-eval", str(run_dir), "--tasks", "pydoc_continuation", "--limit", "8", "--log-samples"]
     assert main(args) == 0
@@ -88,10 +87,7 @@ def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
     tok = load_tokenizer(cfg_manifest.parent / manifest["tokenizer"]["path"])
     rows = [json.loads(line) for line in (run_dir / "lm_eval_samples.jsonl").read_text().splitlines()]
     assert len(rows) == 8 * 4
-    vocab = padded_vocab_size(tok.vocab_size, 1)
-    model = build_model(cfg, vocab, Placement(initialize=False))
-    model.load_state_dict(read_full_state(find_checkpoint(run_dir), cfg, vocab), strict=False)
-    model.eval()
+    model = load_model_weights(cfg, find_checkpoint(run_dir))
     for row in rows[:12]:
         ctx, cont = encode_pair(tok, row["context"], row["continuation"])
         ours = megatron_loglik(model, ctx, cont, cfg.model.seq_length)

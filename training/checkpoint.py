@@ -133,12 +133,24 @@ class Checkpoint:
     run_dir: Path
     path: Path
     step: int
-    format: str  # "cpu" (model_tp0_pp0.pt) | "dist" (dist/ folder)
+    format: str  # "cpu" (model_tp{T}_pp0.pt per tensor-parallel rank) | "dist" (dist/ folder)
+    tp: int = 1  # tensor-parallel ranks of a CPU checkpoint (joined on reading)
+
+
+def one_process_config(cfg: Any) -> Any:
+    """The run's config with TP = PP = 1: the layout weights are read back into."""
+    import dataclasses
+
+    par = dataclasses.replace(
+        cfg.parallel, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, sequence_parallel=False
+    )
+    return dataclasses.replace(cfg, parallel=par)
 
 
 def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     """The latest checkpoint of ``run_dir`` (or the one of ``step``) whose model weights can be read
-    into one process: a GPU ``dist/`` checkpoint (any layout: it reshards) or a TP=PP=1 CPU one."""
+    into one process: a GPU ``dist/`` checkpoint (any layout: it reshards) or a CPU one (its
+    tensor-parallel shards are joined; CPU runs have no pipeline stages)."""
     if step is None:
         try:
             path = latest_checkpoint(run_dir)
@@ -157,14 +169,53 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     if (path / "dist").is_dir():
         return Checkpoint(run_dir, path, int(common.get("step", -1)), "dist")
     layout = common.get("layout") or {}
-    if layout.get("tp", 1) != 1 or layout.get("pp", 1) != 1:
-        raise CheckpointError(
-            f"{path} is a CPU checkpoint written with tp={layout.get('tp')} pp={layout.get('pp')}; "
-            "only TP=PP=1 CPU checkpoints (or GPU dist/ checkpoints, which reshard) can be read"
-        )
-    if not (path / CPU_MODEL_FILE).is_file():
-        raise CheckpointError(f"{path} has neither {CPU_MODEL_FILE} nor a dist/ folder")
-    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu")
+    tp, pp = int(layout.get("tp", 1)), int(layout.get("pp", 1))
+    if pp != 1:
+        raise CheckpointError(f"{path} is a CPU checkpoint with pp={pp}; CPU checkpoints have no pipeline stages")
+    for rank in range(tp):
+        if not (path / cpu_state_file(rank, 0)).is_file():
+            raise CheckpointError(f"{path} has neither {cpu_state_file(rank, 0)} (tp={tp}) nor a dist/ folder")
+    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp)
+
+
+def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool) -> torch.Tensor:
+    """One tensor from its tensor-parallel shards, along the dimension megatron records on the
+    parameter (``partition_dim``); the gated MLP's fc1 (each rank ``[gate_r; up_r]``) as all
+    gates then all ups, as megatron's ``apply_swiglu_sharded_factory`` describes it."""
+    if param is None or not getattr(param, "tensor_model_parallel", False):
+        for rank, other in enumerate(shards[1:], start=1):
+            if other.shape != shards[0].shape or not torch.equal(other, shards[0]):
+                raise CheckpointError(f"{name}: replicated tensor differs between tensor-parallel ranks 0 and {rank}")
+        return shards[0]
+    if gated and name.rsplit(".", 1)[0].endswith("mlp.linear_fc1"):
+        halves = [s.chunk(2, dim=0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    return torch.cat(shards, dim=param.partition_dim)
+
+
+def _cpu_state(cfg: Any, ckpt: Checkpoint) -> dict[str, Any]:
+    """The model state of a CPU checkpoint, its tensor-parallel shards joined (TP = 1 names)."""
+    shards = []
+    for rank in range(ckpt.tp):
+        file = ckpt.path / cpu_state_file(rank, 0)
+        try:
+            shards.append(torch.load(file, map_location="cpu", weights_only=False, mmap=True)["model"])
+        except Exception as exc:  # a truncated or foreign file: say which
+            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    if ckpt.tp == 1:
+        return shards[0]
+    from training.model import Placement, build_model
+
+    vocab = _vocab_in(ckpt, shards[0]) * ckpt.tp
+    with torch.device("meta"):  # initialization is what sets partition_dim; on meta it costs nothing
+        params = dict(build_model(cfg, vocab, Placement(initialize=True)).named_parameters())
+    gated = cfg.model.activation == "swiglu"
+    return {
+        name: _join_shards(name, [s[name] for s in shards], params.get(name), gated)
+        if isinstance(value, torch.Tensor)
+        else value
+        for name, value in shards[0].items()
+    }
 
 
 def _vocab_in(ckpt: Checkpoint, state: Optional[dict[str, Any]]) -> int:
@@ -193,16 +244,12 @@ def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
 
     skip_init = Placement(initialize=False)
     if ckpt.format == "cpu":
-        file = ckpt.path / CPU_MODEL_FILE
-        try:
-            state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["model"]
-        except Exception as exc:  # a truncated or foreign file: say which
-            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+        state = _cpu_state(cfg, ckpt)
         model = build_model(cfg, _vocab_in(ckpt, state), skip_init)
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
-            raise CheckpointError(f"{file} does not fit {ckpt.run_dir / 'config.yaml'}: {exc}") from exc
+            raise CheckpointError(f"{ckpt.path} does not fit {ckpt.run_dir / 'config.yaml'}: {exc}") from exc
         return model.float().eval()
     from megatron.core import dist_checkpointing
 

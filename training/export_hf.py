@@ -30,7 +30,7 @@ import torch
 from runconfig import atomic_write_text, load_config
 from runconfig.run_dir import CONFIG_FILE, RunDirError
 from runconfig.schema import RunConfig
-from training.full_state import find_checkpoint, read_full_state, single_rank_config
+from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
 
@@ -77,15 +77,8 @@ def _token_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> float:
     return float((nll * mask).sum() / mask.sum())
 
 
-def logit_parity(cfg: RunConfig, state: dict[str, torch.Tensor], vocab_rows: int, hf_model, batch) -> dict[str, Any]:
-    """Megatron (patched, TP=1) vs the exported model on the same tokens, float32."""
-    from training.model import Placement, build_model
-
-    megatron_model = build_model(single_rank_config(cfg), vocab_rows, Placement(initialize=False))
-    missing, unexpected = megatron_model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith("_extra_state")]
-    if missing or unexpected:
-        raise RunDirError(f"checkpoint tensors do not match the run's model: missing {missing}, extra {unexpected}")
+def logit_parity(megatron_model, hf_model, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The patched megatron model (TP=1) vs the exported model on the same tokens, float32."""
     megatron_model.eval()
     hf_model.eval()
     with torch.no_grad():
@@ -147,7 +140,7 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     from transformers import AutoModelForCausalLM
 
     from training.distributed import single_process
-    from training.model import padded_vocab_size, resolve
+    from training.model import resolve
 
     run_dir, out = Path(run_dir), Path(out)
     cfg = read_run_config(run_dir)
@@ -155,12 +148,13 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     layout = choose_layout(cfg, resolved)
     ckpt = find_checkpoint(run_dir, step)
     tokenizer_path, vocab, eod = _tokenizer_source(cfg)
-    vocab_rows = padded_vocab_size(vocab, cfg.parallel.tensor_model_parallel_size)
     f = folds(cfg, resolved)
     partial = _prepare_out(out)
     torch.manual_seed(0)
     with single_process():
-        state = read_full_state(ckpt, cfg, vocab_rows)
+        megatron_model = load_model_weights(one_process_config(cfg), ckpt)
+        state = {k: v for k, v in megatron_model.state_dict().items() if isinstance(v, torch.Tensor)}
+        vocab_rows = int(state["embedding.word_embeddings.weight"].shape[0])
         bos = None
         if tokenizer_path:
             from data_prep.tokenizer import load_tokenizer
@@ -175,12 +169,13 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
         model.save_pretrained(str(partial))
         reloaded = AutoModelForCausalLM.from_pretrained(str(partial), dtype=torch.float32)
         batch = _heldout_batch(cfg, parity_sequences)
-        parity = logit_parity(cfg, state, vocab_rows, reloaded, batch)
+        parity = logit_parity(megatron_model, reloaded, batch)
     record: dict[str, Any] = {
         "format_version": EXPORT_FORMAT_VERSION,
         "run_dir": str(run_dir.resolve()),
-        "checkpoint": ckpt.name,
-        "step": int(json.loads((ckpt / "common.json").read_text()).get("step", -1)),
+        "checkpoint": ckpt.path.name,
+        "step": ckpt.step,
+        "checkpoint_format": ckpt.format,
         "layout": layout,
         "architecture": config.architectures[0],
         "preset": resolved.preset,
