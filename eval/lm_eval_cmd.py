@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from runconfig import atomic_write_text
-from runconfig.run_dir import CONFIG_FILE, RunDirError, latest_checkpoint
+from runconfig.run_dir import CONFIG_FILE, RunDirError, latest_checkpoint, step_dir_name
 from training.export_hf import EXPORT_FILE, export
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
@@ -88,7 +88,7 @@ def model_folder(target: Path, step: Optional[int]) -> tuple[Path, Path]:
         raise RunDirError(f"{target}: neither a run directory ({CONFIG_FILE}) nor an export folder ({EXPORT_FILE})")
     folder = target / EXPORT_SUBDIR
     record = json.loads((folder / EXPORT_FILE).read_text()) if (folder / EXPORT_FILE).is_file() else None
-    wanted = f"step_{step:08d}" if step is not None else getattr(latest_checkpoint(target), "name", None)
+    wanted = step_dir_name(step) if step is not None else getattr(latest_checkpoint(target), "name", None)
     if record is None or record.get("checkpoint") != wanted:
         export(target, folder, step)
     return folder, target
