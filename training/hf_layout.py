@@ -178,27 +178,27 @@ def _split_qkv(w: torch.Tensor, cfg: RunConfig) -> tuple[torch.Tensor, torch.Ten
 
 
 def _layer_tensors(state: dict[str, torch.Tensor], i: int, cfg: RunConfig, f: Folds) -> dict[str, torch.Tensor]:
-    """Layer ``i``'s tensors with the folds applied, under neutral names."""
+    """Layer ``i``'s tensors with the folds applied, under neutral names (``o_w``, ``fc2_b``, ...):
+    weights always, biases where the run has them."""
     p = f"decoder.layers.{i}."
-    get = state.get
+    # neutral name -> (megatron module, fold applied to its weight and bias)
+    modules = {
+        "o": ("self_attention.linear_proj", f.branch),
+        "fc1": ("mlp.linear_fc1", 1.0),
+        "fc2": ("mlp.linear_fc2", f.branch),
+        "input_layernorm": ("input_layernorm", 1.0),
+        "pre_mlp_layernorm": ("pre_mlp_layernorm", 1.0),
+    }
     out: dict[str, torch.Tensor] = {}
-    q, k, v = _split_qkv(state[p + "self_attention.linear_qkv.weight"], cfg)
-    out.update(q_w=q * f.query, k_w=k, v_w=v)
-    if get(p + "self_attention.linear_qkv.bias") is not None:
-        qb, kb, vb = _split_qkv(state[p + "self_attention.linear_qkv.bias"], cfg)
-        out.update(q_b=qb * f.query, k_b=kb, v_b=vb)
-    out["o_w"] = state[p + "self_attention.linear_proj.weight"] * f.branch
-    out["fc1_w"] = state[p + "mlp.linear_fc1.weight"]
-    out["fc2_w"] = state[p + "mlp.linear_fc2.weight"] * f.branch
-    for name, key in (("o_b", "self_attention.linear_proj.bias"), ("fc1_b", "mlp.linear_fc1.bias")):
-        if get(p + key) is not None:
-            out[name] = state[p + key] * (f.branch if name == "o_b" else 1.0)
-    if get(p + "mlp.linear_fc2.bias") is not None:
-        out["fc2_b"] = state[p + "mlp.linear_fc2.bias"] * f.branch
-    for norm in ("input_layernorm", "pre_mlp_layernorm"):
-        out[norm + "_w"] = state[p + norm + ".weight"]
-        if get(p + norm + ".bias") is not None:
-            out[norm + "_b"] = state[p + norm + ".bias"]
+    for suffix, kind in (("_w", "weight"), ("_b", "bias")):
+        qkv = state.get(f"{p}self_attention.linear_qkv.{kind}")
+        if qkv is not None:
+            q, k, v = _split_qkv(qkv, cfg)
+            out.update({"q" + suffix: q * f.query, "k" + suffix: k, "v" + suffix: v})
+        for name, (module, fold) in modules.items():
+            tensor = state.get(f"{p}{module}.{kind}")
+            if tensor is not None:
+                out[name + suffix] = tensor * fold
     return out
 
 
