@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import torch
 
+from data_prep.tokenizer import load_tokenizer
 from runconfig import atomic_write_text, load_config
 from runconfig.run_dir import CONFIG_FILE, RunDirError
 from runconfig.schema import RunConfig
@@ -47,14 +48,16 @@ def read_run_config(run_dir: Path) -> RunConfig:
     return load_config(RunConfig, path)
 
 
-def _tokenizer_source(cfg: RunConfig) -> tuple[Optional[str], int, int]:
-    """(tokenizer file or None for mock data, vocabulary size, end-of-document id)."""
+def _run_data(cfg: RunConfig) -> tuple[Optional[str], list[str], int, int]:
+    """(tokenizer file or None for mock data, dataset prefixes (validation first), vocabulary
+    size, end-of-document id), from the manifest when the run used one."""
     from training.data import read_manifest, tokenizer_info
 
     info = tokenizer_info(cfg)
     if cfg.data.manifest:
-        return read_manifest(cfg.data.manifest).tokenizer_path, info.vocab_size, info.eod
-    return cfg.data.tokenizer, info.vocab_size, info.eod
+        m = read_manifest(cfg.data.manifest)
+        return m.tokenizer_path, m.valid_prefixes + m.train_prefixes, info.vocab_size, info.eod
+    return cfg.data.tokenizer, cfg.data.valid_prefixes + cfg.data.train_prefixes, info.vocab_size, info.eod
 
 
 def _heldout_batch(cfg: RunConfig, sequences: int) -> dict[str, torch.Tensor]:
@@ -102,20 +105,11 @@ def logit_parity(megatron_model, hf_model, batch: dict[str, torch.Tensor]) -> di
     }
 
 
-def _heldout_texts(cfg: RunConfig, tokenizer_path: str, eod: int, limit: int = 200) -> list[str]:
-    """Up to ``limit`` whole documents (validation prefixes first, then training), decoded
-    with the run's tokenizer: the texts both tokenizers must encode identically."""
+def _heldout_texts(prefixes: list[str], tok, eod: int, limit: int = 200) -> list[str]:
+    """Up to ``limit`` whole documents of ``prefixes``, decoded with the run's tokenizer: the
+    texts both tokenizers must encode identically."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    from data_prep.tokenizer import load_tokenizer
-    from training.data import read_manifest
-
-    if cfg.data.manifest:
-        m = read_manifest(cfg.data.manifest)
-        prefixes = m.valid_prefixes + m.train_prefixes
-    else:
-        prefixes = cfg.data.valid_prefixes + cfg.data.train_prefixes
-    tok = load_tokenizer(tokenizer_path)
     texts: list[str] = []
     for prefix in prefixes:
         docs = IndexedDataset(prefix)
@@ -147,7 +141,8 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     resolved = resolve(cfg)
     layout = choose_layout(cfg, resolved)
     ckpt = find_checkpoint(run_dir, step)
-    tokenizer_path, vocab, eod = _tokenizer_source(cfg)
+    tokenizer_path, prefixes, vocab, eod = _run_data(cfg)
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
     f = folds(cfg, resolved)
     partial = _prepare_out(out)
     torch.manual_seed(0)
@@ -155,12 +150,7 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
         megatron_model = load_model_weights(one_process_config(cfg), ckpt)
         state = {k: v for k, v in megatron_model.state_dict().items() if isinstance(v, torch.Tensor)}
         vocab_rows = int(state["embedding.word_embeddings.weight"].shape[0])
-        bos = None
-        if tokenizer_path:
-            from data_prep.tokenizer import load_tokenizer
-
-            bos = getattr(load_tokenizer(tokenizer_path), "bos", None)
-        config = hf_config(layout, cfg, vocab_rows, eod, bos)
+        config = hf_config(layout, cfg, vocab_rows, eod, tok.bos if tok is not None else None)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(hf_state_dict(layout, state, cfg, f), strict=False)
         tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
@@ -184,10 +174,10 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
         "parity": parity,
         "tokenizer": None,
     }
-    if tokenizer_path:
+    if tok is not None:
         record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial)
-        texts = _heldout_texts(cfg, tokenizer_path, eod)
-        record["tokenizer"]["parity"] = encoding_parity(tokenizer_path, partial, texts)
+        texts = _heldout_texts(prefixes, tok, eod)
+        record["tokenizer"]["parity"] = encoding_parity(tok, partial, texts)
     record["passed"] = parity["passed"] and (
         record["tokenizer"] is None or record["tokenizer"]["parity"]["identical_ids"] == len(texts)
     )

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from data_prep.tokenizer import load_tokenizer, tokenizer_type
+from data_prep.tokenizer import Tokenizer as RunTokenizer
+from data_prep.tokenizer import tokenizer_type
 
 
 class TokenizerExportError(ValueError):
@@ -86,12 +87,11 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path) -> dict[str, 
     return {"source": str(path), "type": kind, "eos_token": eos, "eod_id": eod_id}
 
 
-def encoding_parity(source: str | Path, exported_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
-    """Encode ``texts`` with the run's tokenizer and the exported one: how many agree exactly,
-    and whether the export decodes the run's ids back to each text."""
+def encoding_parity(ours: RunTokenizer, exported_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
+    """Encode ``texts`` with the run's tokenizer (data_prep's) and the exported one: how many
+    agree exactly, and whether the export decodes the run's ids back to each text."""
     from transformers import AutoTokenizer
 
-    ours = load_tokenizer(source)
     theirs = AutoTokenizer.from_pretrained(str(exported_dir))
     same = decoded = 0
     first_difference = None
