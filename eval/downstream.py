@@ -17,8 +17,8 @@ from typing import Optional
 import pandas as pd
 
 from runconfig import atomic_write_text
+from runconfig.run_dir import LM_EVAL_FILE
 
-RESULTS_FILE = "lm_eval.json"  # eval/lm_eval_cmd.py writes it into each run directory
 KEYS = ["preset", "depth", "lr", "seed"]
 
 
@@ -26,7 +26,7 @@ def read_scores(sweep_dir: Path, run_ids: list[str]) -> pd.DataFrame:
     """One row per run with scores: run_id and a ``task/metric`` column per score."""
     rows = []
     for run_id in run_ids:
-        path = sweep_dir / "runs" / run_id / RESULTS_FILE
+        path = sweep_dir / "runs" / run_id / LM_EVAL_FILE
         if not path.is_file():
             continue
         try:

@@ -24,13 +24,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 from runconfig import atomic_write_text
-from runconfig.run_dir import CONFIG_FILE, RunDirError, latest_checkpoint, step_dir_name
+from runconfig.run_dir import (
+    CONFIG_FILE,
+    HF_EXPORT_DIR,
+    LM_EVAL_FILE,
+    LM_EVAL_SAMPLES_FILE,
+    RunDirError,
+    latest_checkpoint,
+    step_dir_name,
+)
 from training.export_hf import EXPORT_FILE, export
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
-RESULTS_FILE = "lm_eval.json"
-SAMPLES_FILE = "lm_eval_samples.jsonl"  # --log-samples: one line per (item, choice)
-EXPORT_SUBDIR = "hf"
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
 LOCAL_TASKS: dict[str, str] = {"pydoc_continuation": "pydoc_continuation.jsonl"}
 
@@ -69,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="the exported weights are float32")
     parser.add_argument("--step", type=int, default=None, help="for run directories: the checkpoint to export")
     parser.add_argument(
-        "--log-samples", action="store_true", help=f"also write each request and its log-likelihood ({SAMPLES_FILE})"
+        "--log-samples",
+        action="store_true",
+        help=f"also write each request and its log-likelihood ({LM_EVAL_SAMPLES_FILE})",
     )
 
 
@@ -86,7 +93,7 @@ def model_folder(target: Path, step: Optional[int]) -> tuple[Path, Path]:
         return target, target
     if not (target / CONFIG_FILE).is_file():
         raise RunDirError(f"{target}: neither a run directory ({CONFIG_FILE}) nor an export folder ({EXPORT_FILE})")
-    folder = target / EXPORT_SUBDIR
+    folder = target / HF_EXPORT_DIR
     record = json.loads((folder / EXPORT_FILE).read_text()) if (folder / EXPORT_FILE).is_file() else None
     wanted = step_dir_name(step) if step is not None else getattr(latest_checkpoint(target), "name", None)
     if record is None or record.get("checkpoint") != wanted:
@@ -168,12 +175,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {target}: {exc}", file=sys.stderr)
             status = 2
             continue
-        atomic_write_text(dest / RESULTS_FILE, json.dumps(result, indent=1))
+        atomic_write_text(dest / LM_EVAL_FILE, json.dumps(result, indent=1))
         if samples:
-            atomic_write_text(dest / SAMPLES_FILE, "".join(json.dumps(r) + "\n" for r in samples))
+            atomic_write_text(dest / LM_EVAL_SAMPLES_FILE, "".join(json.dumps(r) + "\n" for r in samples))
         summary = ", ".join(
             f"{task} acc {m.get('acc', float('nan')):.3f} ± {m.get('acc_stderr', float('nan')):.3f}"
             for task, m in result["tasks"].items()
         )
-        print(f"{target}: {summary} -> {dest / RESULTS_FILE}")
+        print(f"{target}: {summary} -> {dest / LM_EVAL_FILE}")
     return status
