@@ -78,6 +78,14 @@ class Diagnostics:
         self.pp_group = pp_group
         self.sequence_parallel = sequence_parallel
         self._before: Optional[list[torch.Tensor]] = None
+        # Found once: the probe runs every ``interval`` steps and walking the module tree each
+        # time cost a tenth of its time at the tiny config's size.
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.transformer.transformer_layer import TransformerLayer
+
+        self._modules = list(model.modules())
+        self._layers = [m for m in self._modules if isinstance(m, TransformerLayer)]
+        self._gpt = next((m for m in self._modules if isinstance(m, GPTModel)), None)
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` (1-based: the step about to finish) is logged."""
@@ -117,8 +125,9 @@ class Diagnostics:
 
     def _parameter_rows(self, step: int, before: list[torch.Tensor]) -> list[dict[str, Any]]:
         sharded = [p.sharded for p in self.params]
-        weight = self._sums(before, sharded)
-        update = self._sums(torch._foreach_sub([p.tensor.detach() for p in self.params], before), sharded)
+        update = torch._foreach_sub([p.tensor.detach() for p in self.params], before)
+        both = self._sums([*before, *update], sharded + sharded)  # one reduction (one all-reduce with TP)
+        weight, update = both[: len(before)], both[len(before) :]
         rows = []
         for p, w, u in zip(self.params, weight, update):
             ratio = u / w if w > 0 else math.nan
@@ -142,9 +151,7 @@ class Diagnostics:
             if step == self.interval:
                 log.info("diagnostics: activation rows are not recorded with pipeline parallelism")
             return []
-        from megatron.core.transformer.transformer_layer import TransformerLayer
-
-        layers = [m for m in self.model.modules() if isinstance(m, TransformerLayer)]
+        layers = self._layers
         found: dict[int, dict[str, torch.Tensor]] = {i: {} for i in range(len(layers))}
         hooks = []
         for i, layer in enumerate(layers):
@@ -161,14 +168,24 @@ class Diagnostics:
             hooks.append(layer.register_forward_pre_hook(grab_in, with_kwargs=True))
             hooks.append(layer.pre_mlp_layernorm.register_forward_pre_hook(grab_mid))
             hooks.append(layer.register_forward_hook(grab_out))
-        was_training = self.model.training
-        self.model.eval()
+        # Eval mode without Module.train()'s recursive __setattr__ (the flags are restored as
+        # they were), and no logits: with post_process off GPTModel returns the decoder's output,
+        # as megatron runs a pipeline stage that is not the last.
+        modes = [m.training for m in self._modules]
+        for m in self._modules:
+            object.__setattr__(m, "training", False)
+        post_process = self._gpt.post_process if self._gpt is not None else None
+        if self._gpt is not None:
+            self._gpt.post_process = False
         try:
             self.model(self.probe["tokens"], self.probe["position_ids"], None)
         finally:
             for h in hooks:
                 h.remove()
-            self.model.train(was_training)
+            for m, mode in zip(self._modules, modes):
+                object.__setattr__(m, "training", mode)
+            if self._gpt is not None:
+                self._gpt.post_process = post_process
         values, where = [], []
         for i in range(len(layers)):
             h = found[i]
