@@ -103,7 +103,6 @@ _SYMBOL = bytes(
     0x20 if b in _WHITESPACE_BYTES else 0x70 if b in _ASCII_PUNCTUATION_BYTES else 0x78 for b in range(256)
 )  # punctuation -> "p", other -> "x"
 _SYMBOL_RUN = re.compile(rb" (p+)(?= )")  # a token of punctuation only, in " " + proxy + " "
-_ASCII_LOWER = bytes(b + 32 if 0x41 <= b <= 0x5A else b for b in range(256))
 _LAST_CHAR = operator.itemgetter(slice(-1, None))
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 
@@ -191,14 +190,14 @@ class WordCounts:
         proxy = _class_proxy(text, encoded)
         token = proxy.translate(_TOKEN)
         letters = proxy.translate(_LETTER, _NOT_LETTER)
-        words = proxy.translate(_TOKEN, _ASCII_PUNCTUATION_BYTES)
-        return cls(
-            tokens=token.count(b" a") + (token[:1] == b"a"),
-            words=words.count(b" a") + (words[:1] == b"a"),
-            alpha=letters.count(b" a") + (letters[:1] == b"a"),
-            chars=len(text) - token.count(b" "),
-            proxy=proxy,
-        )
+        tokens = token.count(b" a") + (token[:1] == b"a")
+        alpha = letters.count(b" a") + (letters[:1] == b"a")
+        if alpha == tokens:  # a token with a letter is a word, so every token is one
+            words = tokens
+        else:
+            words_proxy = proxy.translate(_TOKEN, _ASCII_PUNCTUATION_BYTES)
+            words = words_proxy.count(b" a") + (words_proxy[:1] == b"a")
+        return cls(tokens=tokens, words=words, alpha=alpha, chars=len(text) - token.count(b" "), proxy=proxy)
 
     def punct_only_chars(self) -> int:
         if self.words == self.tokens:
@@ -217,13 +216,24 @@ def _class_proxy(text: str, encoded: bytes) -> bytes:
     if len(encoded) == len(text):
         return encoded
     for char in set(encoded.translate(None, _ASCII_BYTES).decode("utf-8")):
-        if char in _NON_ASCII_SPACE:
-            encoded = encoded.replace(char.encode("utf-8"), b" ")
-        elif char in _NON_ASCII_PUNCTUATION:
-            encoded = encoded.replace(char.encode("utf-8"), b"!")
-        elif not char.isalpha():
-            encoded = encoded.replace(char.encode("utf-8"), b"0")
+        stand_in = _STAND_INS.get(char)
+        if stand_in is None:
+            stand_in = _STAND_INS[char] = _stand_in(char)
+        if stand_in:
+            encoded = encoded.replace(char.encode("utf-8"), stand_in)
     return encoded
+
+
+def _stand_in(char: str) -> bytes:
+    """The ASCII byte of a non-ASCII character's class in the proxy; b"" for a letter (kept)."""
+    if char in _NON_ASCII_SPACE:
+        return b" "
+    if char in _NON_ASCII_PUNCTUATION:
+        return b"!"
+    return b"" if char.isalpha() else b"0"
+
+
+_STAND_INS: dict[str, bytes] = {}  # per character, as met
 
 
 def head_of(text: str, sample_chars: int | None) -> str:
@@ -272,7 +282,12 @@ class DocumentFilter:
         lines = head_lines = None
         if q is not None:
             head = head_of(text, q.sample_chars)
-            head_encoded = encoded if head is text else head.encode("utf-8")
+            if head is text:
+                head_encoded = encoded
+            elif len(encoded) == len(text) or head.isascii():  # one byte per character up to the cut
+                head_encoded = encoded[: len(head)]
+            else:
+                head_encoded = head.encode("utf-8")
             counts = WordCounts.of(head, head_encoded)
             reason = self._gopher_size(text, encoded, counts, head is text, q)
             if reason:
@@ -459,7 +474,7 @@ class DocumentFilter:
     def _c4(text: str, encoded: bytes, head_lines: list[str], c: C4Config) -> str | None:
         """lorem ipsum (any case) and curly braces anywhere; terminal punctuation over the head's
         whole lines, blank ones not counted (FineWeb's line_punct_ratio)."""
-        if c.drop_lorem_ipsum and _LOREM in encoded.translate(_ASCII_LOWER):
+        if c.drop_lorem_ipsum and _LOREM in encoded.lower():
             return "c4_lorem_ipsum"  # only ASCII letters lower-case to the letters of "lorem ipsum"
         if c.drop_curly_brace and "{" in text:
             return "c4_curly_brace"

@@ -314,3 +314,20 @@ def test_sample_rows_budget_and_determinism():
     rows = sample_rows(hashes, eligible, np.full(100, 10), budget=95)
     assert len(rows) == 10 and all(r % 2 == 1 for r in rows) and list(rows) == sorted(rows)
     assert sample_rows(hashes, eligible, np.full(100, 10), budget=10**9).tolist() == list(range(1, 100, 2))
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFKC"])
+def test_inert_characters_need_no_normalization(form):
+    """normalize_encoded skips unicodedata.is_normalized when every non-ASCII character of a text is
+    "inert"; a text of ASCII and inert characters must then be normalized, whatever their order."""
+    import random
+    import unicodedata
+
+    from data_prep.normalize import _inert
+
+    inert = [chr(c) for c in range(0x80, 0x30000) if not 0xD800 <= c < 0xE000 and _inert({chr(c)}, form)]
+    assert len(inert) > 100_000 and not _inert({"\u0301"}, form) and not _inert({"\u1161"}, form)
+    partners = random.Random(0).choices(inert, k=len(inert))
+    for char, other in zip(inert, partners):
+        for text in ("a" + char + "e", char + other, other + char + "o", "\t" + char + char):
+            assert unicodedata.normalize(form, text) == text, (hex(ord(char)), hex(ord(other)))
