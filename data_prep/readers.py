@@ -11,6 +11,7 @@ intact gzip member so only the damaged records are lost.
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import zlib
@@ -57,7 +58,8 @@ class InputFile:
     path: str  # absolute path
     format: str  # jsonl | parquet | wet | warc
     # Part of the file to read (data_prep/shards.py): byte range [start, end) of a plain JSONL
-    # file (the lines whose first byte lies in it) or row groups [first, last) of a parquet file.
+    # file (the lines whose first byte lies in it), whole gzip members [start, end) of a
+    # multi-member gzip file, or row groups [first, last) of a parquet file.
     span: Optional[tuple[int, int]] = None
 
 
@@ -146,9 +148,9 @@ def read_documents(source: InputFile, cfg: InputConfig, log: ReadLog) -> Iterato
         elif source.format == "parquet":
             yield from _read_parquet(source.path, cfg, log, source.span)
         else:
-            if source.span is not None:
-                raise ValueError(f"{source.path}: {source.format} files are read whole, not in spans")
-            yield from {"wet": _read_wet, "warc": _read_warc}[source.format](source.path, cfg, log)
+            if source.span is not None and not source.path.lower().endswith(".gz"):
+                raise ValueError(f"{source.path}: only gzip {source.format} files are read in spans")
+            yield from {"wet": _read_wet, "warc": _read_warc}[source.format](source.path, cfg, log, source.span)
     except OSError as exc:  # cannot open or decompress, or an I/O error the format reader did not catch
         what = "corrupt compressed data" if isinstance(exc, CorruptStream) else "unreadable"
         log.skip("file" if log.records == 0 else f"after record {log.records}", f"{what}: {exc}")
@@ -162,14 +164,15 @@ class CorruptStream(OSError):
     """A compressed stream ended early or holds bad data; everything before it was returned."""
 
 
-def _decompressed_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
-    """Decompressed data of a plain, gzip (multi-member) or zstd file, chunk by chunk.
+def _decompressed_chunks(path: str, chunk_bytes: int, span: tuple[int, int] | None = None) -> Iterator[bytes]:
+    """Decompressed data of a plain, gzip (multi-member) or zstd file, chunk by chunk; with
+    ``span``, of the gzip members in that byte range (it must end where a member ends).
 
     Damage raises :class:`CorruptStream` only after every byte before it has been yielded,
     so a truncated download still gives its first documents.
     """
     lower = path.lower()
-    with open(path, "rb") as fh:
+    with open(path, "rb") if span is None else _Window(path, *span) as fh:
         if not lower.endswith((".gz", ".zst", ".zstd")):
             while chunk := fh.read(chunk_bytes):
                 yield chunk
@@ -198,6 +201,40 @@ def _decompressed_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
                 yield data
         if not decoder.eof:
             raise CorruptStream(f"compressed stream ends early (file cut off at {read} bytes)")
+
+
+class _Window(io.RawIOBase):
+    """A file read only up to ``end`` (end of file there), first positioned at ``start``;
+    seek and tell use file offsets."""
+
+    def __init__(self, path: str, start: int, end: int) -> None:
+        super().__init__()
+        self._fh = open(path, "rb")
+        self._fh.seek(start)
+        self._end = end
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def readinto(self, buffer) -> int:
+        room = self._end - self._fh.tell()
+        if room <= 0:
+            return 0
+        view = memoryview(buffer)
+        return self._fh.readinto(view[: min(len(view), room)])
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def _span_chunks(path: str, start: int, end: int, chunk_bytes: int) -> Iterator[bytes]:
@@ -252,8 +289,10 @@ def _read_jsonl(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int]
     skipping_long_line = False
     if span is None:
         chunks = _decompressed_chunks(path, cfg.read_block_bytes)
-    elif path.lower().endswith((".gz", ".zst", ".zstd")):
-        raise ValueError(f"{path}: a compressed file cannot be read from a byte offset")
+    elif path.lower().endswith(".gz"):  # whole gzip members, cut where a line starts (data_prep/shards.py)
+        chunks = _decompressed_chunks(path, cfg.read_block_bytes, span)
+    elif path.lower().endswith((".zst", ".zstd")):
+        raise ValueError(f"{path}: a zstd file cannot be read from a byte offset")
     else:
         chunks = _span_chunks(path, span[0], span[1], cfg.read_block_bytes)
     while True:
@@ -439,15 +478,15 @@ def _batched(texts: Iterator[str]) -> Iterator[list[str]]:
         yield batch
 
 
-def _read_wet(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+def _read_wet(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None = None) -> Iterator[list[str]]:
     """WET ``conversion`` records hold the text Common Crawl extracted (UTF-8)."""
     from fastwarc.warc import conversion
 
-    return _batched(_wet_texts(path, conversion, cfg, log))
+    return _batched(_wet_texts(path, conversion, cfg, log, span))
 
 
-def _wet_texts(path: str, conversion, cfg: InputConfig, log: ReadLog) -> Iterator[str]:
-    for _record, where, payload in _iter_warc_payloads(path, conversion, False, cfg, log, None):
+def _wet_texts(path: str, conversion, cfg: InputConfig, log: ReadLog, span) -> Iterator[str]:
+    for _record, where, payload in _iter_warc_payloads(path, conversion, False, cfg, log, None, span):
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -465,17 +504,17 @@ def _is_html_ok(record) -> bool:
     return status == 200 and content_type in ("text/html", "application/xhtml+xml")
 
 
-def _read_warc(path: str, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
+def _read_warc(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None = None) -> Iterator[list[str]]:
     """WARC ``response`` records with HTML, turned into text by resiliparse or trafilatura."""
     from fastwarc.warc import response
 
-    return _batched(_warc_texts(path, response, cfg, log))
+    return _batched(_warc_texts(path, response, cfg, log, span))
 
 
-def _warc_texts(path: str, response, cfg: InputConfig, log: ReadLog) -> Iterator[str]:
+def _warc_texts(path: str, response, cfg: InputConfig, log: ReadLog, span) -> Iterator[str]:
     from data_prep.extract import html_to_text
 
-    for record, where, payload in _iter_warc_payloads(path, response, True, cfg, log, _is_html_ok):
+    for record, where, payload in _iter_warc_payloads(path, response, True, cfg, log, _is_html_ok, span):
         try:
             text = html_to_text(payload, record.http_charset, cfg)
         except UnicodeError as exc:
@@ -488,23 +527,24 @@ def _warc_texts(path: str, response, cfg: InputConfig, log: ReadLog) -> Iterator
         yield text
 
 
-def _iter_warc_payloads(path: str, record_type, parse_http: bool, cfg: InputConfig, log: ReadLog, want):
+def _iter_warc_payloads(path: str, record_type, parse_http: bool, cfg: InputConfig, log: ReadLog, want, span=None):
     """(record, "offset N <record id>", payload) for each intact record of ``record_type``.
 
     Records ``want`` rejects count as ``not_html``; oversized ones as ``too_long``; a record
     whose payload ends early is skipped as truncated; after corrupt data the reader restarts
-    at the next record header it can find.
+    at the next record header it can find. With ``span``, the records of the gzip members in
+    that byte range (offsets stay file offsets).
     """
     from fastwarc.warc import ArchiveIterator
 
-    base = 0  # file offset where the current iterator started
+    base = 0 if span is None else span[0]  # file offset where the current iterator started
     last_good = -1  # file offset of the last record that parsed
-    with open(path, "rb") as fh:
+    with open(path, "rb") if span is None else _Window(path, *span) as fh:
         while True:
             fh.seek(base)
             try:
                 for record in ArchiveIterator(fh, record_types=record_type, parse_http=parse_http):
-                    offset = base + record.stream_pos
+                    offset = record.stream_pos  # a file offset: fastwarc counts from where fh was put
                     last_good = offset
                     where = f"offset {offset} {record.record_id or ''}".rstrip()
                     if want is not None and not want(record):

@@ -3,9 +3,11 @@
 A worker's speed is one shard's speed, so a single large input must become many shards for
 the cores (or array tasks) to share it. Plain JSONL is cut into ``input.shard_bytes`` byte
 ranges (a line belongs to the range holding its first byte, data_prep.readers); parquet into
-runs of row groups of about that much uncompressed data. Compressed JSONL (gzip, zstd), WET
-and WARC files stay one shard each: a compressed stream can only be read from its start
-(a multi-member gzip could be cut at member starts, but finding them means inflating it all).
+runs of row groups of about that much uncompressed data; multi-member gzip files (WET and
+WARC files, where each record is its own member, and concatenated or block-compressed JSONL)
+into runs of whole members of about that many compressed bytes, cut only where a record
+(WARC/WET) or a line (JSONL) starts: see :func:`_gzip_member_spans`. A single-member gzip and
+zstd stay one shard: a deflate or zstd stream can only be read from its start.
 
 Shards are numbered in input order, then file order, so reading them in order reproduces the
 documents of the whole input in order, and every cross-shard decision made in that order
@@ -18,12 +20,16 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import zlib
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from data_prep.config import InputConfig
 from data_prep.readers import InputFile
 
 _COMPRESSED = (".gz", ".zst", ".zstd")
+_GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1 ID2 and CM=deflate: how every gzip member starts
+_WARC_HEADER = b"WARC/1."
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Shard:
         """The shard in an error message: the path, plus the span when it is part of a file."""
         if self.source.span is None:
             return self.source.path
-        unit = "bytes" if self.source.format == "jsonl" else "row groups"
+        unit = "row groups" if self.source.format == "parquet" else "bytes"
         return f"{self.source.path} ({unit} {self.source.span[0]}-{self.source.span[1]})"
 
 
@@ -70,7 +76,109 @@ def _spans(source: InputFile, shard_bytes: int) -> list[tuple[int, int] | None]:
         return list(zip(bounds[:-1], bounds[1:]))
     if source.format == "parquet":
         return _row_group_spans(source.path, shard_bytes)
+    if source.path.lower().endswith(".gz"):
+        try:
+            return _gzip_member_spans(source.path, source.format, shard_bytes)
+        except OSError:
+            return [None]
     return [None]
+
+
+def _gzip_member_spans(path: str, fmt: str, shard_bytes: int) -> list[tuple[int, int] | None]:
+    """Cuts of a multi-member gzip file at member starts, near equal compressed sizes.
+
+    Near each target offset the first gzip magic (``1f 8b 08``) is taken as a candidate and
+    checked by inflating that whole member, which zlib verifies against the member's CRC-32
+    and length; the bytes after it must start another member or end the file. A WARC/WET cut
+    is taken only at a member that inflates to a WARC header (a record start); a JSONL cut
+    only after a member whose text ends in a newline (a line start), walking a few members on
+    from the candidate. Where no such cut lies before the next target, there is none: the
+    shard is bigger. Costs one inflated member (or a few) per cut, not a pass over the file.
+    A reader of a span stops at its end, which must be a member end (data_prep.readers), so
+    every record is read once, in order, by the shard holding its first member.
+    """
+    size = os.path.getsize(path)
+    count = math.ceil(size / shard_bytes)
+    if count <= 1:
+        return [None]
+    cuts = [0]
+    with open(path, "rb") as fh:
+        if fh.read(len(_GZIP_MAGIC)) != _GZIP_MAGIC:
+            return [None]  # not gzip: the reader reports it
+        for k in range(1, count):
+            start, limit = max(size * k // count, cuts[-1] + 1), size * (k + 1) // count
+            cut = _member_cut(fh, start, limit, fmt, size) if start < limit else None
+            if cut is not None:
+                cuts.append(cut)
+    if len(cuts) == 1:
+        return [None]
+    return list(zip(cuts, [*cuts[1:], size]))
+
+
+def _member_cut(fh: BinaryIO, start: int, limit: int, fmt: str, size: int) -> int | None:
+    """Where a shard of a multi-member gzip may start, from the first member start in [start,
+    limit) (a JSONL cut may lie a few members past it), or None."""
+    candidate = _find_magic(fh, start, limit)
+    while candidate is not None:
+        member = _inflate_member(fh, candidate, size)
+        if member is not None:
+            break
+        candidate = _find_magic(fh, candidate + 1, limit)
+    else:
+        return None
+    if fmt in ("wet", "warc"):
+        end, head, _ = member
+        if head.startswith(_WARC_HEADER) and (end == size or _inflate_member(fh, end, size) is not None):
+            return candidate
+        return None
+    for _ in range(64):  # JSONL: the next member start that follows a newline
+        end, _, last = member
+        if end >= size:
+            return None
+        following = _inflate_member(fh, end, size)
+        if following is None:
+            return None
+        if last == b"\n":
+            return end
+        member = following
+    return None
+
+
+def _find_magic(fh: BinaryIO, start: int, limit: int) -> int | None:
+    window = 1 << 20
+    position = start
+    while position < limit:
+        fh.seek(position)
+        data = fh.read(min(window, limit - position) + len(_GZIP_MAGIC) - 1)
+        found = data.find(_GZIP_MAGIC)
+        if 0 <= found and position + found < limit:
+            return position + found
+        if len(data) < len(_GZIP_MAGIC):
+            return None
+        position += len(data) - len(_GZIP_MAGIC) + 1
+    return None
+
+
+def _inflate_member(fh: BinaryIO, offset: int, size: int) -> tuple[int, bytes, bytes] | None:
+    """(end offset, first bytes, last byte) of the gzip member at ``offset``; None unless it
+    inflates to its end and matches its CRC-32 and length (zlib checks both)."""
+    fh.seek(offset)
+    decoder = zlib.decompressobj(wbits=31)
+    head, last, fed = b"", b"", 0
+    try:
+        while not decoder.eof:
+            raw = fh.read(1 << 16)
+            if not raw:
+                return None  # the file ends inside the member
+            fed += len(raw)
+            out = decoder.decompress(raw)
+            if out:
+                if len(head) < 16:
+                    head += out[: 16 - len(head)]
+                last = out[-1:]
+    except zlib.error:
+        return None
+    return offset + fed - len(decoder.unused_data), head, last
 
 
 def _row_group_spans(path: str, shard_bytes: int) -> list[tuple[int, int] | None]:

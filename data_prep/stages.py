@@ -158,7 +158,7 @@ def clean(job: Job, pool: cf.Executor, shards: Sequence[Shard]) -> None:
 
 
 def _span_bytes(source) -> int:
-    if source.span is not None and source.format == "jsonl":
+    if source.span is not None and source.format != "parquet":
         return source.span[1] - source.span[0]
     return input_identity(source.path)["size"] or 0
 

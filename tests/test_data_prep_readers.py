@@ -211,6 +211,18 @@ def test_warc_corrupt_member_is_skipped_and_reading_resumes(tmp_path):
     assert "skipped up to the next record" in skip["reason"] and not log.stopped_early
 
 
+def test_offsets_after_a_corrupt_member_are_file_offsets(tmp_path):
+    """A record named after reading resumed is named by its own file offset (it was counted twice)."""
+    path = write_wet(tmp_path / "c.warc.wet.gz", [english_doc(i) for i in range(3)] + [b"caf\xe9 \xff"])
+    data = bytearray(path.read_bytes())
+    members = [i for i in range(len(data)) if data[i : i + 3] == b"\x1f\x8b\x08"]
+    data[members[1] + 40 : members[1] + 80] = b"\x00" * 40
+    path.write_bytes(bytes(data))
+    texts, log = read_all_texts(path, cfg())
+    assert len(texts) == 2
+    assert [e["where"].split()[1] for e in log.skipped] == [f"{members[0]}-{members[2]}", str(members[3])]
+
+
 def test_uncompressed_warc_and_garbage(tmp_path):
     pages = [("https://e.org/a", "200 OK", "text/html", html_page("A", [english_doc(3)]))]
     plain = write_warc(tmp_path / "plain.warc", pages, gzip_records=False)
