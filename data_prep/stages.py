@@ -109,6 +109,21 @@ def _unfinished(stage: str, what: Sequence[str]) -> DataPrepError:
     return DataPrepError(f"the {stage} stage has not finished {len(what)} unit(s): {listed}; run it first")
 
 
+def _finished(stage: str, units: Iterable, output: Callable, describe: Callable[..., str]) -> list:
+    """``output(unit)`` of every unit, in order; None means the unit is not (validly) finished,
+    and then the stage is reported unfinished, naming every such unit."""
+    outputs, missing = [], []
+    for unit in units:
+        value = output(unit)
+        if value is None:
+            missing.append(describe(unit))
+        else:
+            outputs.append(value)
+    if missing:
+        raise _unfinished(stage, missing)
+    return outputs
+
+
 def _run_tasks(pool: cf.Executor, fn: Callable, tasks: Sequence, desc: str, progress: bool) -> Iterable[dict]:
     from tqdm import tqdm
 
@@ -170,17 +185,13 @@ def clean_results(job: Job) -> list[dict]:
     their result is final for this run.
     """
     out_dir, fp = job.dir("clean"), clean_fingerprint(job.cfg)
-    results, missing = [], []
-    for shard in job.shards:
+
+    def result(shard: Shard) -> dict | None:
         marker = read_json(shard_paths(out_dir, shard.shard_id)["marker"])
         failed_here = bool(marker and marker.get("failed") and marker.get("fingerprint") == fp)
-        if _clean_marker_valid(marker, shard, fp, out_dir) or failed_here:
-            results.append(marker)
-        else:
-            missing.append(shard.describe())
-    if missing:
-        raise _unfinished("clean", missing)
-    return results
+        return marker if _clean_marker_valid(marker, shard, fp, out_dir) or failed_here else None
+
+    return _finished("clean", job.shards, result, Shard.describe)
 
 
 def inputs_view(job: Job, results: list[dict]) -> list[dict]:
@@ -279,18 +290,14 @@ def signatures(job: Job, pool: cf.Executor, shards: Sequence[Shard]) -> None:
 
 
 def signature_markers(job: Job) -> list[dict]:
-    results = clean_results(job)
-    out_dir, markers, missing = job.dir("near_dedup"), [], []
-    for shard, result in zip(job.shards, results):
-        paths = near_dedup.signature_paths(out_dir, shard.shard_id)
-        marker = read_json(paths["marker"])
-        if marker and marker.get("fingerprint") == _signature_fingerprint(job, result):
-            markers.append(marker)
-        else:
-            missing.append(shard.describe())
-    if missing:
-        raise _unfinished("signatures", missing)
-    return markers
+    out_dir = job.dir("near_dedup")
+
+    def marker(unit: tuple[Shard, dict]) -> dict | None:
+        shard, result = unit
+        found = read_json(near_dedup.signature_paths(out_dir, shard.shard_id)["marker"])
+        return found if found and found.get("fingerprint") == _signature_fingerprint(job, result) else None
+
+    return _finished("signatures", zip(job.shards, clean_results(job)), marker, lambda unit: unit[0].describe())
 
 
 def _band_fingerprint(job: Job, markers: list[dict]) -> str:
@@ -317,16 +324,14 @@ def buckets(job: Job, pool: cf.Executor, bands: Sequence[int]) -> None:
 def near_pairs(job: Job) -> tuple[np.ndarray, str]:
     """All bands' verified pairs, and the fingerprint of the bands they came from."""
     fp = _band_fingerprint(job, signature_markers(job))
-    out_dir, parts, missing = job.dir("near_dedup"), [], []
-    for band in range(job.cfg.clean.near_dedup.bands):
+    out_dir = job.dir("near_dedup")
+
+    def pairs(band: int) -> np.ndarray | None:
         paths = near_dedup.band_paths(out_dir, band)
         marker = read_json(paths["marker"])
-        if marker and marker.get("fingerprint") == fp:
-            parts.append(np.load(paths["pairs"]))
-        else:
-            missing.append(f"band {band}")
-    if missing:
-        raise _unfinished("buckets", missing)
+        return np.load(paths["pairs"]) if marker and marker.get("fingerprint") == fp else None
+
+    parts = _finished("buckets", range(job.cfg.clean.near_dedup.bands), pairs, lambda band: f"band {band}")
     return (np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)), fp
 
 
