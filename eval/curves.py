@@ -55,7 +55,8 @@ class DepthCurve:
     """One depth's loss against log2 LR at one eval fraction, seeds kept apart.
 
     ``log2_lr`` lists every LR tried at this depth (pending runs excluded), ascending;
-    ``seed_losses[i]`` holds the usable per-seed losses at ``log2_lr[i]`` (possibly empty);
+    ``seed_losses[i]`` holds the usable per-seed losses at ``log2_lr[i]`` (possibly empty) and
+    ``seed_ids[i]`` the seeds (``run.seed``) that gave them;
     ``n_diverged[i]`` / ``n_missing[i]`` count the seeds left out there and why.
     """
 
@@ -64,6 +65,7 @@ class DepthCurve:
     seed_losses: list[np.ndarray]
     n_diverged: np.ndarray
     n_missing: np.ndarray
+    seed_ids: list[np.ndarray] = field(default_factory=list)
     diverged_run_ids: list[str] = field(default_factory=list)
     missing_run_ids: list[str] = field(default_factory=list)
     nonfinite_run_ids: list[str] = field(default_factory=list)  # not diverged by status, but a nan/inf loss
@@ -168,6 +170,7 @@ def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
 def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame, keep_pre_div: bool) -> DepthCurve:
     log2_lrs: list[float] = []
     losses: list[np.ndarray] = []
+    seeds: list[np.ndarray] = []
     n_div: list[int] = []
     n_miss: list[int] = []
     diverged_ids: list[str] = []
@@ -175,11 +178,13 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
     nonfinite_ids: list[str] = []
     for lr, lr_runs in depth_runs.groupby("lr", sort=True):
         usable: list[float] = []
+        usable_seeds: list[int] = []
         div = miss = 0
         for run_id, run in lr_runs.iterrows():
             kind, loss = _classify(run["status"], at_fraction, run_id, keep_pre_div)
             if kind == "usable":
                 usable.append(loss)
+                usable_seeds.append(int(run["seed"]))
             elif kind in ("diverged", "nonfinite"):
                 div += 1
                 diverged_ids.append(str(run_id))
@@ -190,6 +195,7 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
                 missing_ids.append(str(run_id))
         log2_lrs.append(math.log2(float(lr)))
         losses.append(np.array(usable, dtype=float))
+        seeds.append(np.array(usable_seeds, dtype=int))
         n_div.append(div)
         n_miss.append(miss)
     return DepthCurve(
@@ -198,6 +204,7 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
         seed_losses=losses,
         n_diverged=np.array(n_div, dtype=int),
         n_missing=np.array(n_miss, dtype=int),
+        seed_ids=seeds,
         diverged_run_ids=diverged_ids,
         missing_run_ids=missing_ids,
         nonfinite_run_ids=nonfinite_ids,

@@ -57,7 +57,7 @@ def _basin_ylim(results: list[FractionResult]) -> tuple[float, float] | None:
     lows, highs = [], []
     for r in results:
         for d in r.depths:
-            mean = d.curve.mean_loss
+            mean = d.fit.means
             usable = np.flatnonzero(np.isfinite(mean))
             if not usable.size:
                 continue
@@ -106,7 +106,7 @@ def _loss_panel(ax: Axes, result: FractionResult, colors: dict[int, tuple], ylim
     for d in result.depths:
         c, color = d.curve, colors[d.depth]
         usable = c.usable
-        x, y, std = c.log2_lr[usable], c.mean_loss[usable], c.std_loss[usable]
+        x, y, std = c.log2_lr[usable], d.fit.means[usable], c.std_loss[usable]  # the means the fit used
         if x.size:
             any_curve = True
             ax.plot(x, y, "-o", color=color, ms=3.5, lw=1.5, label=depth_label(d), gid=f"curve:L={d.depth}")

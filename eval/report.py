@@ -78,6 +78,7 @@ def depth_dict(d: DepthResult) -> dict[str, Any]:
                 "log2_lr": float(c.log2_lr[i]),
                 "lr": 2.0 ** float(c.log2_lr[i]),
                 "mean_loss": _num(float(c.mean_loss[i])),
+                "fit_loss": _num(float(d.fit.means[i])),  # the mean the optimum is fitted to (seed model)
                 "std_loss": _num(float(c.std_loss[i])),
                 "n_seeds": int(c.n_seeds[i]),
                 "n_diverged": int(c.n_diverged[i]),

@@ -16,6 +16,7 @@ import numpy as np
 from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
 from eval.results import FRACTION_ATOL, SweepResults, read_divergence_reasons
+from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.5, 1.0)
 CI_LEVEL = 95.0
@@ -45,6 +46,7 @@ class DepthResult:
     is_base: bool
     curve: DepthCurve
     optimum: Optimum
+    fit: CurveMeans  # the per-LR means the optimum is fitted to, and their bootstrap (eval.seed_model)
     opt_ci: tuple[float, float] | None = None  # bootstrap percentile CI of the optimal log2 LR
     regret: float = math.nan
     regret_status: str = "no_optimum"
@@ -247,12 +249,15 @@ def analyze(
     n_boot: int = 1000,
     boot_seed: int = 0,
     use_evals_before_divergence: bool = False,
+    seed_model: str = "independent",
 ) -> TransferAnalysis:
     """Run the whole transfer analysis on validated sweep results."""
     if window < 1:
         raise AnalysisInputError(f"--fit-window must be >= 1, got {window}")
     if n_boot < 0:
         raise AnalysisInputError(f"--bootstrap must be >= 0, got {n_boot}")
+    if seed_model not in SEED_MODELS:
+        raise AnalysisInputError(f"--seed-model must be one of {list(SEED_MODELS)}, got {seed_model!r}")
     chosen, notes = resolve_fractions(sweep, fractions)
     notes = [Note("", w) for w in sweep.warnings] + notes
     curveset = build_curves(sweep, chosen, use_evals_before_divergence=use_evals_before_divergence)
@@ -280,7 +285,9 @@ def analyze(
     for fi, family in enumerate(families):
         for ki, fraction in enumerate(chosen):
             rng = np.random.default_rng([boot_seed, fi, ki])
-            result, fam_notes = _analyze_family_fraction(family, fraction, curveset, base_depth, window, n_boot, rng)
+            result, fam_notes = _analyze_family_fraction(
+                family, fraction, curveset, base_depth, window, n_boot, rng, seed_model
+            )
             results.append(result)
             notes.extend(fam_notes)
     diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
@@ -294,6 +301,7 @@ def analyze(
         notes=notes,
         settings={
             "fit_window": window,
+            "seed_model": seed_model,
             "bootstrap_samples": n_boot,
             "bootstrap_seed": boot_seed,
             "ci_level": CI_LEVEL,
@@ -361,6 +369,7 @@ def _analyze_family_fraction(
     window: int,
     n_boot: int,
     rng: np.random.Generator,
+    seed_model: str = "independent",
 ) -> tuple[FractionResult, list[Note]]:
     where_ff = f"{family.label} | {fraction_label(fraction)}"
     notes: list[Note] = []
@@ -371,8 +380,9 @@ def _analyze_family_fraction(
         notes.append(Note(where_ff, base_note))
     results = []
     for curve in curves:
-        opt = fit_optimum(curve.log2_lr, curve.mean_loss, window=window, n_diverged=curve.n_diverged)
-        results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt))
+        fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model)
+        opt = fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
+        results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt, fit=fit))
         notes.extend(_depth_notes(f"{where_ff} | L={curve.depth}", curve, opt))
     if not results:
         notes.append(Note(where_ff, "no runs with results (all pending?): nothing to analyse"))
@@ -472,7 +482,7 @@ def _fill_regrets(results: list[DepthResult], where_ff: str, notes: list[Note]) 
             d.regret_status, d.regret_note = "no_optimum", "this depth has no usable point"
             continue
         c = d.curve
-        at: LossAt = loss_at(c.log2_lr, c.mean_loss, d.optimum, x_base, n_diverged=c.n_diverged)
+        at: LossAt = loss_at(c.log2_lr, d.fit.means, d.optimum, x_base, n_diverged=c.n_diverged)
         d.regret_status, d.regret_method, d.regret_note = at.status, at.method, at.note
         if at.status == "ok":
             d.loss_at_base_lr = at.loss
@@ -494,39 +504,6 @@ def _fit_slope(results: list[DepthResult]) -> SlopeFit:
         sxx = float(np.sum((x - x.mean()) ** 2))
         stderr = math.sqrt(float(np.sum(resid**2)) / (len(found) - 2) / sxx)
     return SlopeFit(slope=float(slope), intercept=float(intercept), stderr=stderr, n_depths=len(found))
-
-
-def _resampled_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap seed means of every LR cell of one curve, ``(n_boot, n_lr)``.
-
-    A residual bootstrap with the residuals pooled over the curve's cells: each cell's mean
-    plus the mean of ``n`` residuals drawn from all cells' centred seed losses, each scaled
-    by sqrt(n_i/(n_i-1)) so their variance is unbiased. Resampling a cell's own 3 seeds
-    instead shrinks the spread by (n-1)/n and has only 2 degrees of freedom: on planted
-    sweeps its nominal 95% CIs of the optimum covered the truth 75% of the time
-    (docs/eval.md). The pooled noise level is itself estimated from ``df = sum(n_i - 1)``
-    residuals (about 6 in the default study), so each draw also rescales the residuals by
-    sqrt(df / chi2_df), the spread of that estimate: the bootstrap analogue of a t interval
-    (planted coverage 0.89 -> see docs/eval.md). Assumes the seed noise is alike across the
-    LRs of one curve; cells with one seed get noise too. Falls back to per-cell resampling
-    when no cell has two seeds (then every cell is constant and there is no CI anyway).
-    """
-    seeded = [v for v in seed_losses if v.size >= 2]
-    residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seeded]
-    pool = np.concatenate(residuals) if residuals else np.empty(0)
-    df = sum(v.size - 1 for v in seeded)
-    scale = np.sqrt(df / rng.chisquare(df, size=(n_boot, 1))) if df else np.ones((n_boot, 1))
-    means = np.full((n_boot, len(seed_losses)), np.nan)
-    for i, losses in enumerate(seed_losses):
-        if not losses.size:
-            continue
-        if pool.size:
-            draws = pool[rng.integers(0, pool.size, size=(n_boot, losses.size))] * scale
-            means[:, i] = losses.mean() + draws.mean(axis=1)
-        else:
-            draws = rng.integers(0, losses.size, size=(n_boot, losses.size))
-            means[:, i] = losses[draws].mean(axis=1)
-    return means
 
 
 def _bootstrap_regrets(
@@ -587,7 +564,7 @@ def _bootstrap(
     draws_of: list[tuple[np.ndarray, list[Optimum]]] = []  # per depth: resampled means, their optima
     for j, d in enumerate(found):
         c = d.curve
-        means = _resampled_means(c.seed_losses, n_boot, rng)
+        means = d.fit.resample(n_boot, rng)
         optima = [fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged) for b in range(n_boot)]
         opt_boot[:, j] = [o.log2_lr for o in optima]
         d.loss_draws = np.array([o.loss for o in optima])

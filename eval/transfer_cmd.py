@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from eval.seed_model import SEED_MODELS
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -80,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap-seed", type=int, default=0, metavar="S", help="RNG seed of the bootstrap (default 0)"
     )
     parser.add_argument(
+        "--seed-model",
+        choices=SEED_MODELS,
+        default="independent",
+        help="independent (default): plain seed means per LR; additive: each seed's offset, shared by all its LRs, "
+        "is removed first (narrower CIs when offsets dominate, wider when unstable LRs are noisy; eval/seed_model.py)",
+    )
+    parser.add_argument(
         "--use-evals-before-divergence",
         action="store_true",
         help="use evals a diverged run reached before diverging (default: diverged runs are excluded from all fits)",
@@ -110,6 +119,7 @@ def write_transfer(
     n_boot: int = 1000,
     boot_seed: int = 0,
     use_evals_before_divergence: bool = False,
+    seed_model: str = "independent",
     figures: bool = True,
     dpi: int = 150,
 ) -> TransferOutputs:
@@ -134,6 +144,7 @@ def write_transfer(
         n_boot=n_boot,
         boot_seed=boot_seed,
         use_evals_before_divergence=use_evals_before_divergence,
+        seed_model=seed_model,
     )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -185,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
             n_boot=args.bootstrap,
             boot_seed=args.bootstrap_seed,
             use_evals_before_divergence=args.use_evals_before_divergence,
+            seed_model=args.seed_model,
             figures=not args.no_figures,
             dpi=args.dpi,
         )

@@ -384,8 +384,8 @@ def run_demo(
     try:
         with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stderr(log):
             outputs = write_transfer(
-                sweep_dir, report_dir, shared_base=s.presets[0], fit_window=s.fit_window
-            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W`
+                sweep_dir, report_dir, shared_base=s.presets[0], fit_window=s.fit_window, seed_model=s.seed_model
+            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W --seed-model M`
     except (ResultsError, AnalysisInputError) as exc:
         _log(f"eval transfer: {exc}")
         return 2
@@ -438,6 +438,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="the 'quick' study: a ~3 minute smoke test, no claims")
     parser.add_argument("--depths", type=int, nargs="+", default=None, help="override the study's depths (first = L0)")
     parser.add_argument("--seeds", type=int, default=None, help="override the study's seeds per LR near each optimum")
+    parser.add_argument(
+        "--base-seeds", type=int, default=None, help="override the study's seeds per LR near the base depth's optimum"
+    )
     parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>)")
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
     parser.add_argument(
@@ -459,6 +462,7 @@ def main(args: argparse.Namespace) -> int:
         "quick" if args.quick else (args.study or "default"),
         depths=tuple(args.depths) if args.depths else None,
         seeds=args.seeds,
+        base_seeds=args.base_seeds,
     )
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:

@@ -7,12 +7,14 @@ Each (variant, preset) arm walks the depths on its own, in phases per depth:
    on an edge (up to ``max_widen`` times);
 2. **refine** (``refine_log2 > 0``): one seed at best ± ``refine_log2``, so the quadratic
    fit of ``eval transfer`` has points half a grid step from the optimum;
-3. **seeds**: every seed at the best LR and its nearest tried neighbours, repeated while
+3. **seeds**: every seed (``base_seeds`` of them at the base depth, if larger) at the best LR
+   and its nearest tried neighbours, repeated while
    the best (by seed mean) moves to a point whose neighbours lack seeds (a best point
    that moved onto the coarse lattice is refined first).
 
 The next depth starts from this depth's best LR by seed mean once all of its runs have
-finished. Seeds are spent near the optimum, never on the far tails. Because the plan is a
+finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py), the means
+``eval transfer`` fits. Seeds are spent near the optimum, never on the far tails. Because the plan is a
 function of what exists and what has finished, a study resumes after any interruption and
 reruns add nothing (see ``launch.demo``, which executes the points).
 """
@@ -24,6 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional, Union
 
+import numpy as np
+
+from eval.seed_model import curve_means
 from launch.study import Study
 
 PENDING = "pending"
@@ -62,7 +67,7 @@ class Planner:
         return out
 
     def best(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> Optional[float]:
-        """The LR with the lowest seed-mean loss at ``depth`` (None: nothing usable)."""
+        """The LR with the lowest mean loss at ``depth`` (None: nothing usable)."""
         means = self.means(preset, depth, results, variant)
         return min(means, key=means.get) if means else None
 
@@ -79,13 +84,18 @@ class Planner:
         return cells
 
     def means(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> dict[float, float]:
-        """log2 LR -> mean end loss over the finished, finite seeds (LRs without one left out)."""
-        means = {}
-        for lr, outcomes in self._cells(preset, depth, results, variant).items():
-            losses = [o for o in outcomes.values() if isinstance(o, float) and math.isfinite(o)]
-            if losses:
-                means[lr] = sum(losses) / len(losses)
-        return means
+        """log2 LR -> mean end loss over the finished, finite seeds (LRs without one left out),
+        averaged under the study's seed model, as ``eval transfer`` will average them."""
+        cells = self._cells(preset, depth, results, variant)
+        lrs, losses, seeds = [], [], []
+        for lr, outcomes in sorted(cells.items()):
+            done = {seed: o for seed, o in outcomes.items() if isinstance(o, float) and math.isfinite(o)}
+            if done:
+                lrs.append(lr)
+                losses.append(np.array(list(done.values())))
+                seeds.append(np.array(list(done.keys())))
+        fitted = curve_means(losses, seeds, self.s.seed_model).means
+        return {lr: float(m) for lr, m in zip(lrs, fitted)}
 
     def _chain(self, preset: str, variant: str, results: Mapping[Point, Outcome]) -> list[Point]:
         s = self.s
@@ -116,7 +126,7 @@ class Planner:
         v = variant
         if any(o == PENDING for v in cells.values() for o in v.values()):
             return None
-        seeds = list(range(s.seeds))
+        seeds = list(range(max(s.seeds, s.base_seeds) if depth == s.depths[0] else s.seeds))
         first = seeds[0]
         missing = [Point(preset, depth, x, first, v) for x in planned if x not in cells]
         if missing:

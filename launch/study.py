@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from eval.seed_model import SEED_MODELS
 from launch.errors import LaunchError
 
 STUDIES_DIR = Path(__file__).resolve().parents[1] / "configs" / "studies"
@@ -46,6 +47,13 @@ class Study:
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
     # optional: logging.diagnostics_interval of every run (0: off); > 0 adds eval dynamics to the report
     diagnostics_interval: int = 0
+    # optional: seeds at the base depth L0 (the larger of this and ``seeds``). L0's runs are the
+    # cheapest, are shared by every preset, and have the most leverage on the slope (log2 L0 is
+    # the end of the depth axis); their seed noise is also the largest (docs/study_design.md).
+    base_seeds: int = 0
+    # optional: how a cell's seed losses are averaged, by the planner and by eval transfer
+    # (eval/seed_model.py): "independent" (plain seed means) or "additive" (seed offsets removed)
+    seed_model: str = "independent"
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -54,7 +62,7 @@ class Study:
 
 
 _TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
-OPTIONAL = ("variants", "diagnostics_interval")
+OPTIONAL = ("variants", "diagnostics_interval", "base_seeds", "seed_model")
 # Keys a variant may not set: the planner sweeps them, or the shared run shape fixes them.
 _PLANNED_KEYS = ("model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed", "run.dir")
 
@@ -160,6 +168,10 @@ def _check(path: Path, s: Study) -> None:
     ):
         if getattr(s, key) < 1:
             raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
+    if s.seed_model not in SEED_MODELS:
+        raise LaunchError(f"{path}: seed_model: must be one of {list(SEED_MODELS)}, got {s.seed_model!r}")
+    if s.base_seeds < 0:
+        raise LaunchError(f"{path}: base_seeds: must be >= 0 (0: as many as seeds), got {s.base_seeds}")
     if s.diagnostics_interval < 0:
         raise LaunchError(f"{path}: diagnostics_interval: must be >= 0, got {s.diagnostics_interval}")
     if s.max_widen < 0 or s.step_log2 <= 0:

@@ -136,6 +136,8 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "variants: {a: {optimizer.lr: 0.1}}": "variants.a: ['optimizer.lr'] are set by the study planner",
         "variants: {a: {block: linear1}}": "variants.a: expected a mapping of dotted config keys",
         "variants: []": "variants: expected a mapping name ->",
+        "base_seeds: -1": "base_seeds: must be >= 0",
+        "seed_model: mixed": "seed_model: must be one of ['additive', 'independent']",
     }
     for line, message in cases.items():
         key = line.split(":")[0]
