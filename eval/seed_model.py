@@ -12,9 +12,9 @@ those means are resampled for the bootstrap CIs (``eval transfer --seed-model``)
 Both bootstraps are residual bootstraps with the residuals pooled over the curve and the
 pooled noise level drawn per sample (sqrt(df/chi2_df), the analogue of a t interval).
 
-Why ``independent`` stays the default (measured, docs/study_design.md): on planted curves
-with offsets of 0.05 nats per seed the additive model's optimum CIs are half as wide at the
-same coverage, but on the demo study's real curves the seeds of LRs near divergence scatter
+Why ``independent`` stays the default (measured, docs/eval.md and docs/study_design.md): on
+planted curves with offsets of 0.05 nats per seed the additive model's optimum CIs are less
+than half as wide (coverage 0.94 against 0.99), but on the demo study's real curves the seeds of LRs near divergence scatter
 far more than at the optimum; the additive fit spreads that scatter into the offsets and the
 pooled noise of every cell, and the base depth's optimum CI widened to the grid's edge. The
 additive model falls back to ``independent`` when the seeds do not link the LRs (no seed at

@@ -138,7 +138,7 @@ def test_planted_optima_are_recovered_and_covered_by_the_ci(tmp_path, seed_offse
     all LRs of a curve: 99% of the optima within ``q99`` octave of the planted one, and the 95%
     bootstrap CI covers the planted optimum in at least 90% of cells. Offsets cost the plain
     seed means accuracy (a one-seed cell carries its seed's offset), not coverage. Measured
-    over 400 cells in docs/study_design.md (benchmarks/study_ci_coverage.py); the per-cell
+    over 400 cells in docs/eval.md (benchmarks/study_ci_coverage.py); the per-cell
     bootstrap gave 0.75 coverage and the pooled one without the noise-level draw 0.89."""
     s = study(seed_model=seed_model)
     errors, covered, cells = [], 0, 0
