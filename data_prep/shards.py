@@ -145,7 +145,7 @@ def _member_cut(fh: BinaryIO, start: int, limit: int, fmt: str, size: int) -> in
 
 
 def _find_magic(fh: BinaryIO, start: int, limit: int) -> int | None:
-    window = 1 << 20
+    window = 1 << 16  # WET/WARC members are a few KB: the first window usually holds one
     position = start
     while position < limit:
         fh.seek(position)
@@ -156,6 +156,7 @@ def _find_magic(fh: BinaryIO, start: int, limit: int) -> int | None:
         if len(data) < len(_GZIP_MAGIC):
             return None
         position += len(data) - len(_GZIP_MAGIC) + 1
+        window = min(window * 2, 1 << 22)
     return None
 
 
