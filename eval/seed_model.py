@@ -64,7 +64,6 @@ def curve_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], model
     if model not in SEED_MODELS:
         raise ValueError(f"seed model must be one of {SEED_MODELS}, got {model!r}")
     n_cells = len(seed_losses)
-    plain = np.array([v.mean() if len(v) else math.nan for v in seed_losses])
     empty = np.empty(0)
     cells = np.concatenate([np.full(len(v), i) for i, v in enumerate(seed_losses)] or [empty]).astype(int)
     losses = np.concatenate([np.asarray(v, dtype=float) for v in seed_losses] or [empty])
@@ -81,6 +80,7 @@ def curve_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], model
         df = losses.size - design.shape[1]
         residuals = (losses - fitted) * math.sqrt(losses.size / df) if df > 0 else empty
         return CurveMeans(means, "additive", seed_losses, fitted, to_means, residuals, max(df, 0))
+    plain = np.array([v.mean() if len(v) else math.nan for v in seed_losses])
     return CurveMeans(plain, "independent", seed_losses, empty, empty, empty, 0)
 
 
@@ -113,8 +113,8 @@ def _resampled_cell_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.ra
 
 
 def _seeds_link_cells(cells: np.ndarray, seeds: np.ndarray) -> bool:
-    """Whether the cells form one connected group through shared seeds (every seed's offset,
-    and so every cell's mean, is then identified) and some seed appears at two cells."""
+    """Whether two or more cells form one connected group through shared seeds (every seed's
+    offset, and so every cell's mean, is then identified)."""
     used = np.unique(cells)
     if used.size < 2:
         return False
@@ -126,13 +126,11 @@ def _seeds_link_cells(cells: np.ndarray, seeds: np.ndarray) -> bool:
             c = parent[c]
         return c
 
-    linked = False
     for s in np.unique(seeds):
         at = np.unique(cells[seeds == s]).astype(int)
-        linked |= at.size >= 2
         for c in at[1:]:
             parent[root(int(c))] = root(int(at[0]))
-    return linked and len({root(int(c)) for c in used}) == 1
+    return len({root(int(c)) for c in used}) == 1
 
 
 def _additive_design(cells: np.ndarray, seeds: np.ndarray) -> np.ndarray:
