@@ -103,6 +103,30 @@ def test_sgd_update_is_lr_times_gradient(megatron):
     assert not any("kind" in r for r in rows)  # no probe: no activation rows
 
 
+def test_update_is_read_from_the_fp32_main_params(megatron):
+    """Under bf16, megatron's optimizers keep an fp32 ``main_param`` per parameter and copy it
+    back rounded. A planted update of 1e-4 on unit-size weights is below bf16's resolution
+    (2^-8): the bf16 copy does not move, and the row must report the fp32 update exactly."""
+    from training.diagnostics import Diagnostics
+
+    _cfg, _resolved, model, _opt = _model_and_optimizer()
+    model.to(torch.bfloat16)
+    for p in model.parameters():
+        p.data.fill_(1.0)
+        p.main_param = p.detach().float().clone()  # megatron's Float16Optimizer contract
+    diagnostics = Diagnostics(model, 1, None)
+    diagnostics.before_step(1)
+    for p in model.parameters():
+        p.main_param.add_(1e-4)
+        p.data.copy_(p.main_param)  # the optimizer's copy back to bf16: 1.0001 rounds to 1.0
+    assert all(bool((p == 1.0).all()) for p in model.parameters())
+    rows = diagnostics.after_step(1)
+    assert len(rows) == len(list(model.parameters()))
+    for row in rows:
+        assert row["weight_rms"] == pytest.approx(1.0, rel=1e-6)
+        assert row["update_rms"] == pytest.approx(1e-4, rel=1e-3)  # float32 spacing near 1 is 1.2e-7
+
+
 def test_activation_rows_are_the_residual_stream(megatron):
     """``residual`` rows equal the RMS of each layer's output on the probe, measured after the
     step (with the updated weights); the branch rows are there and non-zero."""

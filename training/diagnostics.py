@@ -10,6 +10,12 @@ that). TP-VI states its depth theory in these quantities: under depth-muP with A
 relative update of each hidden matrix shrinks like L^-1/2 and each block moves the stream
 by O(1/L).
 
+Mixed precision: the update is read from the optimizer's fp32 main copy of each parameter
+(megatron's ``param.main_param``; a shard of it under the distributed optimizer, whose sums of
+squares are all-reduced over the data-parallel group), not from the bf16 model copy: a
+relative update under bf16's resolution (2^-8) would be rounded away there, and depth-muP
+updates of deep models are that small.
+
 Cost: one copy of the parameters before a logged step, a few reductions after it and one
 forward pass on the probe batch (no backward); nothing on other steps. The probe runs in
 eval mode under ``no_grad`` and draws no random numbers, so training is bit-identical with
@@ -67,6 +73,7 @@ class Diagnostics:
         layer_offset: int = 0,
         tp_group: Any = None,
         pp_group: Any = None,
+        dp_group: Any = None,
         sequence_parallel: bool = False,
     ) -> None:
         self.model = model
@@ -75,9 +82,11 @@ class Diagnostics:
         self.params = _parameters(model, layer_offset)
         self.layer_offset = layer_offset
         self.tp_group = tp_group
+        self.dp_group = dp_group  # over which the distributed optimizer shards main params
         self.pp_group = pp_group
         self.sequence_parallel = sequence_parallel
         self._before: Optional[list[torch.Tensor]] = None
+        self._dp_sharded: list[bool] = []
         # Found once: the probe runs every ``interval`` steps and walking the module tree each
         # time cost a tenth of its time at the tiny config's size.
         from megatron.core.models.gpt import GPTModel
@@ -91,9 +100,21 @@ class Diagnostics:
         """Whether step ``step`` (1-based: the step about to finish) is logged."""
         return self.interval > 0 and step % self.interval == 0
 
+    def _masters(self) -> tuple[list[torch.Tensor], list[bool]]:
+        """What the optimizer updates for each parameter, and whether it is a data-parallel
+        shard: megatron's fp32 ``main_param`` under bf16 (looked up each time: the optimizer is
+        built after this object), else the parameter itself."""
+        tensors, dp_sharded = [], []
+        for p in self.params:
+            main = getattr(p.tensor, "main_param", None)
+            tensors.append((main if main is not None else p.tensor).detach())
+            dp_sharded.append(main is not None and bool(getattr(p.tensor, "main_param_sharded", False)))
+        return tensors, dp_sharded
+
     def before_step(self, step: int) -> None:
         if self.due(step):
-            self._before = [p.tensor.detach().clone() for p in self.params]
+            tensors, self._dp_sharded = self._masters()
+            self._before = [t.clone() for t in tensors]
 
     @torch.no_grad()
     def after_step(self, step: int) -> list[dict[str, Any]]:
@@ -110,23 +131,31 @@ class Diagnostics:
         rows.sort(key=lambda r: (r["layer"] is not None, r["layer"] or 0, r.get("param") or r.get("kind")))
         return rows if not dist.is_initialized() or dist.get_rank() == 0 else []
 
-    def _sums(self, values: list[torch.Tensor], sharded: list[bool]) -> list[float]:
-        """Sums of squares (and element counts) over tensor-parallel shards where sharded."""
+    def _sums(
+        self, values: list[torch.Tensor], sharded: list[bool], dp_sharded: Optional[list[bool]] = None
+    ) -> list[float]:
+        """RMS of each tensor: sums of squares and element counts, all-reduced over the
+        data-parallel group where ``dp_sharded`` (distributed-optimizer shards), then over the
+        tensor group where ``sharded``."""
         values = [v.float() if v.dtype in (torch.bfloat16, torch.float16) else v for v in values]  # bf16 GPU runs
         sq = torch.stack(torch._foreach_norm(values)).double().pow(2)  # one fused pass, not a loop of ops
         n = torch.tensor([float(v.numel()) for v in values], dtype=torch.float64, device=sq.device)
-        mask = torch.tensor(sharded, dtype=torch.bool, device=sq.device)
-        if self.tp_group is not None and dist.get_world_size(self.tp_group) > 1 and bool(mask.any()):
+        for group, where in ((self.dp_group, dp_sharded), (self.tp_group, sharded)):
+            if group is None or where is None or dist.get_world_size(group) == 1 or not any(where):
+                continue
+            mask = torch.tensor(where, dtype=torch.bool, device=sq.device)
             both = torch.stack([torch.where(mask, sq, 0), torch.where(mask, n, 0)])
-            dist.all_reduce(both, group=self.tp_group)
+            dist.all_reduce(both, group=group)
             sq = torch.where(mask, both[0], sq)
             n = torch.where(mask, both[1], n)
         return (sq / n).sqrt().tolist()
 
     def _parameter_rows(self, step: int, before: list[torch.Tensor]) -> list[dict[str, Any]]:
         sharded = [p.sharded for p in self.params]
-        update = torch._foreach_sub([p.tensor.detach() for p in self.params], before)
-        both = self._sums([*before, *update], sharded + sharded)  # one reduction (one all-reduce with TP)
+        after, _ = self._masters()
+        update = torch._foreach_sub(after, before)
+        dp = self._dp_sharded
+        both = self._sums([*before, *update], sharded + sharded, dp + dp)  # one all-reduce per parallel group
         weight, update = both[: len(before)], both[len(before) :]
         rows = []
         for p, w, u in zip(self.params, weight, update):

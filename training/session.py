@@ -223,6 +223,7 @@ def make_diagnostics(cfg: RunConfig, model: torch.nn.Module, eval_batches: list,
         layer_offset=stage_layer_offset(cfg),
         tp_group=parallel_state.get_tensor_model_parallel_group(),
         pp_group=parallel_state.get_pipeline_model_parallel_group() if pp > 1 else None,
+        dp_group=parallel_state.get_data_parallel_group(with_context_parallel=True),
         sequence_parallel=cfg.parallel.sequence_parallel,
     )
 
