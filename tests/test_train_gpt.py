@@ -25,7 +25,10 @@ BASE = [
 
 
 def env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    """The caller's environment with the repo first on PYTHONPATH (kept: a GPU machine may add
+    carried packages there)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
 def train(run_dir: Path, *overrides: str, torchrun: int = 0, check: bool = True) -> subprocess.CompletedProcess:
@@ -173,6 +176,7 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("eval.at=[0.0,1.0]", "eval.at"),
         ("training.global_batch_size=7", "training.global_batch_size"),
         ("data.mock=false", "data"),
+        ("model.attention_backend=fast", "model.attention_backend: must be one of"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, override, needle):
