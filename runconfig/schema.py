@@ -16,6 +16,8 @@ from patches.parametrization import Parametrization
 from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
 
+ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch SDPBackend names, lower case
+
 
 @dataclass
 class ModelConfig:
@@ -39,6 +41,11 @@ class ModelConfig:
     block: str = "standard"  # standard | linear1 (TP-VI one-matrix MLP branch)
     linear1_phi: str = "relu"  # relu | abs | gelu (linear1 only)
     transformer_impl: str = "local"  # local | transformer_engine
+    # local impl: PyTorch SDPA kernel (auto: PyTorch's pick; flash | cudnn | efficient | math)
+    attention_backend: str = "auto"
+    # GPU + bf16: megatron's native fused cross-entropy (torch.compile'd, fewer passes over the
+    # logits); the CPU path and fp32 runs always use megatron's unfused one
+    cross_entropy_fusion: bool = True
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
@@ -54,6 +61,7 @@ class ModelConfig:
         _choice("model.block", self.block, ("standard", "linear1"))
         _choice("model.linear1_phi", self.linear1_phi, ("relu", "abs", "gelu"))
         _choice("model.transformer_impl", self.transformer_impl, ("local", "transformer_engine"))
+        _choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:

@@ -5,6 +5,12 @@ run on CPU; Transformer Engine may be absent on a GPU machine. This module imple
 same ``core_attention`` contract (``[s, b, heads, head_dim]`` in, ``[s, b, heads*head_dim]``
 out, causal mask, ``config.softmax_scale``, GQA) with PyTorch's fused SDPA, which runs on
 CPU and uses flash attention on GPU. The local layer spec uses it on both paths.
+
+``backend`` pins PyTorch's kernel (``model.attention_backend``): "auto" lets PyTorch pick
+(cuDNN's attention on Hopper in torch 2.11), the others name one ``SDPBackend``. The kernels
+differ in the layouts they take without a copy: megatron hands over ``[s, b, h, d]`` views,
+so the choice moves time between attention and copies (benchmarks/step_profile.py shows
+where it goes).
 """
 
 from __future__ import annotations
@@ -18,6 +24,14 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 class SDPAttention(MegatronModule):
@@ -33,8 +47,12 @@ class SDPAttention(MegatronModule):
         softmax_scale: Optional[float] = None,
         cp_comm_type: Optional[str] = None,
         pg_collection: object = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__(config=config)
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"SDPAttention: unknown backend {backend!r}; one of auto, {', '.join(BACKENDS)}")
+        self.backend = BACKENDS.get(backend)
         if config.context_parallel_size != 1:
             raise ValueError("SDPAttention does not support context parallelism")
         if attn_mask_type != AttnMaskType.causal:
@@ -77,6 +95,12 @@ class SDPAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(sq, b, heads * head_dim)
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        if self.backend is None:
+            return self._call(q, k, v, dropout_p)
+        with sdpa_kernel(self.backend):
+            return self._call(q, k, v, dropout_p)
+
+    def _call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
         return torch.nn.functional.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=True, scale=self.softmax_scale
         )

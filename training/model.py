@@ -93,6 +93,9 @@ def transformer_config(cfg: RunConfig, placement: Placement = Placement()) -> Tr
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
         attention_softmax_in_fp32=True,
+        # megatron's native fused cross-entropy returns bf16 logit gradients: bf16 runs only
+        cross_entropy_loss_fusion=on_gpu and placement.bf16 and m.cross_entropy_fusion,
+        cross_entropy_fusion_impl="native",
     )
 
 
@@ -104,7 +107,9 @@ def base_layer_spec(cfg: RunConfig) -> ModuleSpec:
 
         return get_gpt_layer_with_transformer_engine_spec()
     spec = get_gpt_layer_local_spec(normalization=m.normalization)
-    spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    spec.submodules.self_attention.submodules.core_attention = ModuleSpec(
+        module=SDPAttention, params={"backend": m.attention_backend}
+    )
     return spec
 
 
