@@ -1,0 +1,160 @@
+"""Where one training step's GPU time goes, by kernel family, for any run config.
+
+    python benchmarks/step_profile.py --config configs/gpt_100m_gpu.yaml data.mock=true model.vocab_size=50304
+    python benchmarks/step_profile.py --config configs/tiny_cpu.yaml --device cpu   # smoke run
+
+Builds the trainer's backend (megatron DDP, optimizer and schedules on GPU), runs warm-up
+steps on random tokens, then profiles ``--steps`` steps with ``torch.profiler`` and prints
+the device time per kernel family (matrix products, attention, cross-entropy, normalization,
+element-wise, optimizer, communication), the top kernels, and the measured step time with
+its model FLOP rate and MFU. Use it before a change that is meant to speed a step up: it
+says which family the change should shrink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+# Kernel-name patterns, first match wins (names as CUDA and PyTorch report them).
+FAMILIES = [
+    ("fused_triton", r"^triton_"),  # torch.compile'd fusions (megatron's fused cross-entropy)
+    ("attention", r"flash|fmha|attention|sdpa|efficient_attention"),
+    ("matmul", r"gemm|cutlass|sm90_xmma|nvjet|matmul|cublas|addmm|\bmm\b"),
+    ("communication", r"nccl|all_reduce|allreduce|reduce_scatter|all_gather"),
+    ("cross_entropy", r"log_softmax|softmax|cross_entropy|nll_loss|logsumexp|max_kernel|reduce_kernel"),
+    ("normalization", r"layer_norm|rms_norm|layernorm|rmsnorm"),
+    ("optimizer", r"adam|multi_tensor|foreach|sgd|l2norm|_amp_"),
+    ("copy_cast", r"copy|cast|convert|fill|memset|memcpy|cat|index"),
+    ("elementwise", r"elementwise|vectorized|unrolled|gelu|silu|mul|add|pow|exp|triton"),
+]
+
+
+def family(name: str) -> str:
+    low = name.lower()
+    for fam, pattern in FAMILIES:
+        if re.search(pattern, low):
+            return fam
+    return "other"
+
+
+def micro_batches(cfg) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    b, s, v = cfg.training.micro_batch_size, cfg.model.seq_length, cfg.model.vocab_size
+    out = []
+    for _ in range(cfg.training.global_batch_size // b):
+        tokens = torch.randint(0, v, (b, s + 1), generator=g)
+        out.append(
+            {
+                "tokens": tokens[:, :-1],
+                "labels": tokens[:, 1:],
+                "loss_mask": torch.ones(b, s),
+                "position_ids": torch.arange(s).unsqueeze(0).expand(b, s),
+            }
+        )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--top", type=int, default=15, help="kernels listed")
+    parser.add_argument(
+        "--ops", type=int, default=0, help="also list the N PyTorch ops (with shapes) costing most device time"
+    )
+    parser.add_argument("--unpatched", action="store_true", help="stock megatron-core, for comparison")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides")
+    args = parser.parse_args()
+
+    from runconfig import load_config
+    from runconfig.schema import RunConfig
+    from training.backends import CpuBackend, GpuBackend
+    from training.distributed import init_distributed, seed_everything, shutdown
+    from training.flops import peak_flops, train_flops_per_step
+    from training.model import Placement, build_model, resolve
+
+    cuda = args.device == "cuda"
+    cfg = load_config(RunConfig, args.config, [*args.overrides, f"parallel.device={args.device}"])
+    init_distributed(args.device)
+    try:
+        seed_everything(0, args.device)
+        model = build_model(
+            cfg, cfg.model.vocab_size, Placement(device=args.device, bf16=cuda), patched=not args.unpatched
+        )
+        resolved = None if args.unpatched else resolve(cfg)
+        backend = GpuBackend(cfg, model, resolved, bf16=True) if cuda else CpuBackend(cfg, model, resolved)
+        data = micro_batches(cfg)
+
+        def sync() -> None:
+            if cuda:
+                torch.cuda.synchronize()
+
+        for _ in range(args.warmup):
+            backend.train_step(data)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            backend.train_step(data)
+        sync()
+        step_s = (time.perf_counter() - t0) / args.steps
+
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=activities, record_shapes=args.ops > 0) as prof:
+            for _ in range(args.steps):
+                backend.train_step(data)
+            sync()
+        events = [e for e in prof.key_averages() if (e.device_type == torch.autograd.DeviceType.CUDA) == cuda]
+        attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+        by_family: dict[str, float] = defaultdict(float)
+        for e in events:
+            by_family[family(e.key)] += getattr(e, attr)
+        total = sum(by_family.values()) or 1.0
+
+        flops = train_flops_per_step(cfg, cfg.model.vocab_size) if cuda else None
+        peak = peak_flops(torch.cuda.get_device_name()) if cuda else None
+        where = torch.cuda.get_device_name() if cuda else "cpu"
+        print(f"{where}: {'unpatched' if args.unpatched else 'patched'} step {step_s * 1e3:.1f} ms", end="")
+        if flops:
+            tflops = flops / step_s / 1e12
+            print(f", {tflops:.0f} TFLOP/s" + (f", MFU {tflops * 1e12 / peak:.3f}" if peak else ""), end="")
+        print(f"; profiled {args.steps} steps, {'device' if cuda else 'CPU'} time per step by family:")
+        for fam, us in sorted(by_family.items(), key=lambda kv: -kv[1]):
+            print(f"  {fam:14s} {us / args.steps / 1e3:9.2f} ms  {us / total:6.1%}")
+        print(f"top {args.top} kernels:")
+        for e in sorted(events, key=lambda e: -getattr(e, attr))[: args.top]:
+            us = getattr(e, attr)
+            print(
+                f"  {us / args.steps / 1e3:8.2f} ms {us / total:6.1%} x{e.count // args.steps:<5d} {family(e.key):13s} {e.key[:90]}"
+            )
+        if args.ops:
+            print(f"top {args.ops} PyTorch ops by their kernels' own device time (input shapes):")
+            ops = [
+                e
+                for e in prof.key_averages(group_by_input_shape=True)
+                if e.device_type != torch.autograd.DeviceType.CUDA
+            ]
+            for e in sorted(ops, key=lambda e: -getattr(e, attr))[: args.ops]:
+                us = getattr(e, attr)
+                print(
+                    f"  {us / args.steps / 1e3:8.2f} ms x{e.count // args.steps:<5d} {e.key[:40]:40s} {str(e.input_shapes)[:110]}"
+                )
+    finally:
+        shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
