@@ -189,3 +189,21 @@ def test_truncate_diagnostics_keeps_rows_up_to_the_checkpoint(tmp_path):
     rows = read_diagnostics(tmp_path)
     assert [r["step"] for r in rows] == [2, 4] and rows[1]["rms"] != rows[1]["rms"]  # "nan" read back as nan
     truncate_diagnostics(tmp_path / "missing", 4)  # no file: nothing to do
+
+
+def test_distributed_optimizer_shards_combine_over_data_parallel_ranks():
+    """Two gloo ranks with uneven (one empty) fp32 main-param shards: the logged RMS equal the
+    whole tensors' (tests/scripts/dp_shard_sums.py)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.test_train_gpt import env
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541",
+           "tests/scripts/dp_shard_sums.py"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rows"] == got["params"] > 10
+    assert got["max_rel_error"] < 1e-4  # float32: (w + u) - w rounds u by ~1e-7 * |w| / |u|
