@@ -88,6 +88,10 @@ class Job:
     shards: list[Shard]
     reused: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    # Every shard's clean marker once all are finished: the signatures, plan, tokenizer and
+    # merge stages each need them, and a snapshot has hundreds of thousands. Filled only by a
+    # complete read, emptied whenever this process runs the clean stage.
+    clean_markers: list[dict] | None = field(default=None, repr=False)
 
     @property
     def work(self) -> Path:
@@ -158,6 +162,7 @@ def _clean_marker_valid(marker: dict | None, shard: Shard, fp: str, out_dir: str
 
 
 def clean(job: Job, pool: cf.Executor, shards: Sequence[Shard]) -> None:
+    job.clean_markers = None
     out_dir = job.dir("clean")
     fp = clean_fingerprint(job.cfg)
     todo = []
@@ -184,14 +189,20 @@ def clean_results(job: Job) -> list[dict]:
     Failed inputs have a marker that does not count as finished (a rerun retries them), but
     their result is final for this run.
     """
-    out_dir, fp = job.dir("clean"), clean_fingerprint(job.cfg)
+    if job.clean_markers is None:
+        out_dir, fp = job.dir("clean"), clean_fingerprint(job.cfg)
+        job.clean_markers = _finished(
+            "clean", job.shards, lambda shard: _clean_result(shard, fp, out_dir), Shard.describe
+        )
+    return list(job.clean_markers)
 
-    def result(shard: Shard) -> dict | None:
-        marker = read_json(shard_paths(out_dir, shard.shard_id)["marker"])
-        failed_here = bool(marker and marker.get("failed") and marker.get("fingerprint") == fp)
-        return marker if _clean_marker_valid(marker, shard, fp, out_dir) or failed_here else None
 
-    return _finished("clean", job.shards, result, Shard.describe)
+def _clean_result(shard: Shard, fp: str, out_dir: str) -> dict | None:
+    """A shard's clean marker when the shard is done for this run (cleaned, or failed under
+    these settings), else None."""
+    marker = read_json(shard_paths(out_dir, shard.shard_id)["marker"])
+    failed_here = bool(marker and marker.get("failed") and marker.get("fingerprint") == fp)
+    return marker if _clean_marker_valid(marker, shard, fp, out_dir) or failed_here else None
 
 
 def inputs_view(job: Job, results: list[dict]) -> list[dict]:
@@ -706,13 +717,7 @@ def unfinished_units(job: Job, stage: Stage) -> list:
     try:
         if stage.name == "clean":
             fp, out_dir = clean_fingerprint(job.cfg), job.dir("clean")
-            left = []
-            for shard in job.shards:
-                marker = read_json(shard_paths(out_dir, shard.shard_id)["marker"])
-                failed_here = bool(marker and marker.get("failed") and marker.get("fingerprint") == fp)
-                if not (_clean_marker_valid(marker, shard, fp, out_dir) or failed_here):
-                    left.append(shard)
-            return left
+            return [shard for shard in job.shards if _clean_result(shard, fp, out_dir) is None]
         if stage.name == "signatures":
             results = clean_results(job)
             out_dir = job.dir("near_dedup")

@@ -179,6 +179,29 @@ def test_rerun_reuses_everything_and_is_identical(planted):
     assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
 
 
+def test_a_run_reads_each_clean_marker_twice_at_most(planted, tmp_path, monkeypatch):
+    """Once to decide whether the shard needs cleaning, once for every later stage together
+    (a snapshot has hundreds of thousands of markers; with near-dedup on they were read 6
+    times each, once per stage that needs them)."""
+    import data_prep.stages as stages
+
+    out = tmp_path / "copy"
+    shutil.copytree(planted["out"], out)
+    reads: dict[str, int] = {}
+    real = stages.read_json
+
+    def counting(path, *args, **kwargs):
+        if f"{os.sep}clean{os.sep}" in str(path):
+            reads[str(path)] = reads.get(str(path), 0) + 1
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "read_json", counting)
+    overrides = [*planted_overrides(planted["raw"], out), "clean.near_dedup.enabled=true"]  # the stages that read them
+    manifest = run(load_data_prep_config(None, overrides))
+    assert manifest["run"]["reused"]["clean"] == 5
+    assert len(reads) == 5 and set(reads.values()) == {2}, reads
+
+
 def test_two_workers_write_the_same_bytes(planted, tmp_path):
     out = tmp_path / "w2"
     manifest = run(load_data_prep_config(None, planted_overrides(planted["raw"], out, workers=2)))
