@@ -3,6 +3,8 @@ for two input layouts of the same text: many small files, and one large file.
 
     python benchmarks/data_prep_throughput.py [--mb 48] [--shards 8] [--vocab-size 32000] [--repeats 3]
     python benchmarks/data_prep_throughput.py --breakdown      # the clean stage's steps only
+    python benchmarks/data_prep_throughput.py --set clean.quality.enabled=false clean.c4.enabled=false \
+        clean.language.enabled=false                           # the floor: no filters
 
 Generates realistic synthetic JSONL (an order-2 word Markov chain over real Common Crawl text
 from dolma's test data, or over Python's own docstrings when that cannot be fetched), trains
@@ -208,6 +210,13 @@ def main() -> int:
     parser.add_argument(
         "--breakdown", action="store_true", help="only the clean stage's steps, in this process (no pipeline runs)"
     )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="data_prep config overrides for every run, e.g. clean.quality.enabled=false (the cost floor without filters)",
+    )
     args = parser.parse_args()
 
     from data_prep.api import load_data_prep_config
@@ -244,7 +253,7 @@ def main() -> int:
 
     megatron_import = time.perf_counter() - started
     layouts = {"many": work / "input", "one": work / "one"}
-    base = ["runtime.progress=false"]
+    base = ["runtime.progress=false", *args.set]
     setup = work / "setup"
     shutil.rmtree(setup, ignore_errors=True)
     started = time.perf_counter()
