@@ -103,12 +103,17 @@ class Diagnostics:
     def _masters(self) -> tuple[list[torch.Tensor], list[bool]]:
         """What the optimizer updates for each parameter, and whether it is a data-parallel
         shard: megatron's fp32 ``main_param`` under bf16 (looked up each time: the optimizer is
-        built after this object), else the parameter itself."""
+        built after this object), else the parameter itself. The distributed optimizer marks
+        every bf16 parameter ``main_param_sharded`` and leaves ``main_param`` None on ranks that
+        hold no part of it: those contribute an empty shard."""
         tensors, dp_sharded = [], []
         for p in self.params:
             main = getattr(p.tensor, "main_param", None)
+            shard = bool(getattr(p.tensor, "main_param_sharded", False))
+            if main is None and shard:
+                main = p.tensor.new_empty(0, dtype=torch.float32)
             tensors.append((main if main is not None else p.tensor).detach())
-            dp_sharded.append(main is not None and bool(getattr(p.tensor, "main_param_sharded", False)))
+            dp_sharded.append(shard)
         return tensors, dp_sharded
 
     def before_step(self, step: int) -> None:

@@ -1,7 +1,7 @@
 """Diagnostics over distributed-optimizer shards: under ``torchrun --nproc-per-node 2`` (gloo),
 each rank holds an uneven fp32 ``main_param`` shard of every bf16 parameter (as megatron's
-distributed optimizer does, one rank's shard may be empty); a planted update is applied to the
-shards. Prints, on rank 0, the largest relative error of the logged weight and update RMS
+distributed optimizer does; a rank that holds no part of a parameter has ``main_param`` None,
+as megatron leaves it); a planted update is applied to the shards. Prints, on rank 0, the largest relative error of the logged weight and update RMS
 against the whole tensors, which every rank can compute."""
 
 import json
@@ -28,9 +28,9 @@ def main() -> None:
     full_before, full_update = {}, {}
     for i, (name, p) in enumerate(model.named_parameters()):
         flat = p.detach().float().reshape(-1)
-        cut = [0, flat.numel(), flat.numel()] if i % 3 == 0 else [0, flat.numel() // 3, flat.numel()]  # some empty
+        cut = [0, 0, flat.numel()] if i % 3 == 0 else [0, flat.numel() // 3, flat.numel()]  # rank 0: none of some
         lo, hi = cut[info.rank], cut[info.rank + 1]
-        p.main_param = flat[lo:hi].clone()
+        p.main_param = flat[lo:hi].clone() if hi > lo else None
         p.main_param_sharded = True
         full_before[name] = flat.clone()
         full_update[name] = 1e-3 * torch.randn(flat.numel(), generator=g)
@@ -38,7 +38,8 @@ def main() -> None:
     diagnostics = Diagnostics(model, 1, None, dp_group=dist.group.WORLD)
     diagnostics.before_step(1)
     for p in model.parameters():
-        p.main_param.add_(p._planted)
+        if p.main_param is not None:
+            p.main_param.add_(p._planted)
     rows = diagnostics.after_step(1)
     if info.rank == 0:
         rms = lambda t: float(t.double().pow(2).mean().sqrt())  # noqa: E731
