@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
+
+
+def env() -> dict:
+    """Environment for a trainer subprocess: the caller's, one OpenMP thread, the repo first on
+    PYTHONPATH (kept: a GPU machine may add carried packages there)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runconfig import dump_yaml
-from tests.conftest import REPO, TINY, tiny_config
+from tests.conftest import REPO, TINY, env, tiny_config
 from training.export_hf import LOGIT_RTOL, LOSS_ATOL, export, main
 from training.hf_layout import ExportError
 
@@ -44,7 +43,6 @@ SLOW_CASES = [c for c in ALL_CASES if c not in DEFAULT_CASES]
 
 
 def train(run_dir: Path, overrides: list[str], tp: int = 1, port: int = 29561) -> Path:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     args = ["train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *overrides]
     if tp > 1:
         args += [f"parallel.tensor_model_parallel_size={tp}"]
@@ -52,7 +50,7 @@ def train(run_dir: Path, overrides: list[str], tp: int = 1, port: int = 29561) -
         cmd += args
     else:
         cmd = [sys.executable, *args]
-    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return run_dir
 

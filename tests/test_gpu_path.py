@@ -132,8 +132,7 @@ def test_gpu_kernel_choices_compute_the_same_step():
     import subprocess
     import sys
 
-    from tests.conftest import REPO
-    from tests.test_train_gpt import env
+    from tests.conftest import REPO, env
 
     variants = {
         "reference": ["model.attention_backend=math", "model.cross_entropy_fusion=false"],

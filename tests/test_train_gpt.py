@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY
+from tests.conftest import REPO, TINY, env
 
 BASE = [
     "training.steps=20",
@@ -22,13 +22,6 @@ BASE = [
     "scheduler.warmup_steps=3",
     "logging.progress_bar=false",
 ]
-
-
-def env() -> dict:
-    """The caller's environment with the repo first on PYTHONPATH (kept: a GPU machine may add
-    carried packages there)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
 def train(run_dir: Path, *overrides: str, torchrun: int = 0, check: bool = True) -> subprocess.CompletedProcess:
