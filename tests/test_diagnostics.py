@@ -192,13 +192,12 @@ def test_truncate_diagnostics_keeps_rows_up_to_the_checkpoint(tmp_path):
 
 
 def test_distributed_optimizer_shards_combine_over_data_parallel_ranks():
-    """Two gloo ranks with uneven (one empty) fp32 main-param shards: the logged RMS equal the
-    whole tensors' (tests/scripts/dp_shard_sums.py)."""
+    """Two gloo ranks with uneven fp32 main-param shards, rank 0 holding none of some: the
+    logged RMS equal the whole tensors' (tests/scripts/dp_shard_sums.py)."""
     import subprocess
     import sys
 
-    from tests.conftest import REPO
-    from tests.test_train_gpt import env
+    from tests.conftest import REPO, env
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541",
            "tests/scripts/dp_shard_sums.py"]  # fmt: skip

@@ -86,7 +86,6 @@ class Diagnostics:
         self.pp_group = pp_group
         self.sequence_parallel = sequence_parallel
         self._before: Optional[list[torch.Tensor]] = None
-        self._dp_sharded: list[bool] = []
         # Found once: the probe runs every ``interval`` steps and walking the module tree each
         # time cost a tenth of its time at the tiny config's size.
         from megatron.core.models.gpt import GPTModel
@@ -118,8 +117,7 @@ class Diagnostics:
 
     def before_step(self, step: int) -> None:
         if self.due(step):
-            tensors, self._dp_sharded = self._masters()
-            self._before = [t.clone() for t in tensors]
+            self._before = [t.clone() for t in self._masters()[0]]
 
     @torch.no_grad()
     def after_step(self, step: int) -> list[dict[str, Any]]:
@@ -157,9 +155,8 @@ class Diagnostics:
 
     def _parameter_rows(self, step: int, before: list[torch.Tensor]) -> list[dict[str, Any]]:
         sharded = [p.sharded for p in self.params]
-        after, _ = self._masters()
+        after, dp = self._masters()
         update = torch._foreach_sub(after, before)
-        dp = self._dp_sharded
         both = self._sums([*before, *update], sharded + sharded, dp + dp)  # one all-reduce per parallel group
         weight, update = both[: len(before)], both[len(before) :]
         rows = []

@@ -1,8 +1,9 @@
 """Diagnostics over distributed-optimizer shards: under ``torchrun --nproc-per-node 2`` (gloo),
-each rank holds an uneven fp32 ``main_param`` shard of every bf16 parameter (as megatron's
-distributed optimizer does; a rank that holds no part of a parameter has ``main_param`` None,
-as megatron leaves it); a planted update is applied to the shards. Prints, on rank 0, the largest relative error of the logged weight and update RMS
-against the whole tensors, which every rank can compute."""
+each rank holds an uneven fp32 ``main_param`` shard of every bf16 parameter, as megatron's
+distributed optimizer does (rank 0 holds none of every third parameter: ``main_param`` None,
+as megatron leaves it); a planted update is applied to the shards. Prints, on rank 0, the
+largest relative error of the logged weight and update RMS against the whole tensors, which
+every rank can compute."""
 
 import json
 import warnings
