@@ -73,17 +73,21 @@ def backend(cfg: RunConfig, device: str, patched: bool):
 
 
 def batches(cfg: RunConfig) -> list[dict[str, torch.Tensor]]:
+    """One step's micro-batches of random tokens (global / micro batch size of them)."""
     g = torch.Generator().manual_seed(0)
     b, s, v = cfg.training.micro_batch_size, cfg.model.seq_length, cfg.model.vocab_size
-    tokens = torch.randint(0, v, (b, s + 1), generator=g)
-    return [
-        {
-            "tokens": tokens[:, :-1],
-            "labels": tokens[:, 1:],
-            "loss_mask": torch.ones(b, s),
-            "position_ids": torch.arange(s).unsqueeze(0).expand(b, s),
-        }
-    ]
+    out = []
+    for _ in range(cfg.training.global_batch_size // b):
+        tokens = torch.randint(0, v, (b, s + 1), generator=g)
+        out.append(
+            {
+                "tokens": tokens[:, :-1],
+                "labels": tokens[:, 1:],
+                "loss_mask": torch.ones(b, s),
+                "position_ids": torch.arange(s).unsqueeze(0).expand(b, s),
+            }
+        )
+    return out
 
 
 def timed(step, data, n: int, device: str) -> float:

@@ -48,23 +48,6 @@ def family(name: str) -> str:
     return "other"
 
 
-def micro_batches(cfg) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(0)
-    b, s, v = cfg.training.micro_batch_size, cfg.model.seq_length, cfg.model.vocab_size
-    out = []
-    for _ in range(cfg.training.global_batch_size // b):
-        tokens = torch.randint(0, v, (b, s + 1), generator=g)
-        out.append(
-            {
-                "tokens": tokens[:, :-1],
-                "labels": tokens[:, 1:],
-                "loss_mask": torch.ones(b, s),
-                "position_ids": torch.arange(s).unsqueeze(0).expand(b, s),
-            }
-        )
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True)
@@ -79,24 +62,19 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
     args = parser.parse_args()
 
+    from benchmarks.patch_overhead import backend as make_backend
+    from benchmarks.patch_overhead import batches
     from runconfig import load_config
     from runconfig.schema import RunConfig
-    from training.backends import CpuBackend, GpuBackend
-    from training.distributed import init_distributed, seed_everything, shutdown
+    from training.distributed import init_distributed, shutdown
     from training.flops import peak_flops, train_flops_per_step
-    from training.model import Placement, build_model, resolve
 
     cuda = args.device == "cuda"
     cfg = load_config(RunConfig, args.config, [*args.overrides, f"parallel.device={args.device}"])
     init_distributed(args.device)
     try:
-        seed_everything(0, args.device)
-        model = build_model(
-            cfg, cfg.model.vocab_size, Placement(device=args.device, bf16=cuda), patched=not args.unpatched
-        )
-        resolved = None if args.unpatched else resolve(cfg)
-        backend = GpuBackend(cfg, model, resolved, bf16=True) if cuda else CpuBackend(cfg, model, resolved)
-        data = micro_batches(cfg)
+        backend = make_backend(cfg, args.device, patched=not args.unpatched)  # the trainer's, seeded
+        data = batches(cfg)
 
         def sync() -> None:
             if cuda:
