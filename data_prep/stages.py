@@ -382,7 +382,7 @@ def plan(job: Job) -> Plan:
     if job.cfg.clean.near_dedup.enabled:
         pairs, bands_fp = near_pairs(job)
         near_keep = near_dedup.first_of_components(len(hashes), pairs)
-    assignment = assign(hashes, job.cfg.clean.dedup, job.cfg.split, near_keep)
+    assignment = assign(hashes, False, job.cfg.split, exact_keep & near_keep)  # exact dedup is in exact_keep
     dropped = {"exact_dedup": int((~exact_keep).sum()), "near_dedup": int((exact_keep & ~near_keep).sum())}
     bounds = np.cumsum([0] + [r["kept"] for r in results])
     result = Plan(assignment, bounds, dropped, results)
@@ -637,6 +637,7 @@ def tokenize_and_merge(
         "documents": merger.documents,
         "tokens": merger.tokens,
         "prefixes": {split: [os.path.relpath(p, job.out) for p in merger.prefixes(split)] for split in SPLITS},
+        "cpu_seconds": round(merger.cpu_seconds, 3),
     }
 
 
@@ -702,11 +703,43 @@ def write_manifest(job: Job, plan_: Plan, tokenizer_info: dict, merge: dict, run
         "skipped_log": "skipped.jsonl",
         "inputs": listed,
         "config": config_section(cfg),
-        "run": run_info,
+        "run": {**run_info, "cost": stage_costs(job, merge)},
     }
     write_skipped_log(job, inputs)
     atomic_write_json(job.out / "manifest.json", manifest)
     return manifest
+
+
+def stage_costs(job: Job, merge: dict) -> dict[str, dict]:
+    """Units and CPU seconds of each sharded stage, summed over the markers of every unit (reused
+    ones included: what the outputs cost), and the merge's CPU in its one process; with the
+    input and kept sizes, what ``data_prep.costs`` scales to a larger run of the same kind."""
+    results = clean_results(job)
+
+    def total(markers: list[dict]) -> dict:
+        return {"units": len(markers), "cpu_seconds": round(sum(m.get("cpu_seconds", 0.0) for m in markers), 3)}
+
+    tokens_dir = job.dir("tokens")
+    costs = {
+        "clean": {
+            **total(results),
+            "input_bytes": sum(input_identity(path)["size"] or 0 for path in {s.source.path for s in job.shards}),
+            "documents": sum(r["records"] for r in results),
+            "text_bytes": sum(r["text_bytes"] for r in results),
+        },
+        "tokenize": total([read_json(part_paths(tokens_dir, s.shard_id)["marker"]) or {} for s in job.shards]),
+        "merge": {"units": 1, "cpu_seconds": merge["cpu_seconds"]},
+    }
+    if job.cfg.clean.near_dedup.enabled:
+        out_dir = job.dir("near_dedup")
+        costs["signatures"] = total(signature_markers(job))
+        costs["buckets"] = total(
+            [
+                read_json(near_dedup.band_paths(out_dir, b)["marker"]) or {}
+                for b in range(job.cfg.clean.near_dedup.bands)
+            ]
+        )
+    return costs
 
 
 # ----------------------------------------------------------------------------- what is left

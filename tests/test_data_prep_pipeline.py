@@ -476,3 +476,22 @@ def test_second_run_on_the_same_directory_is_refused(tmp_path):
                     None, [f"input.paths=[{path}]", f"output.dir={tmp_path / 'out'}", "runtime.workers=0"]
                 )
             )
+
+
+def test_manifest_records_each_stages_cost(planted):
+    """run.cost sums the CPU seconds the units' markers recorded: what data_prep.costs scales."""
+    out, m = planted["out"], planted["manifest"]
+    cost = m["run"]["cost"]
+    for stage, folder in (("clean", "clean"), ("tokenize", "tokens")):
+        markers = [json.loads(p.read_text()) for p in (out / ".work" / folder).glob("*.json")]
+        assert cost[stage]["units"] == len(markers) == 5
+        assert cost[stage]["cpu_seconds"] == pytest.approx(sum(mk["cpu_seconds"] for mk in markers), abs=2e-3)
+        assert cost[stage]["cpu_seconds"] > 0
+    assert cost["clean"]["documents"] == m["documents"]["read"]
+    assert cost["clean"]["input_bytes"] == sum(Path(e["path"]).stat().st_size for e in m["inputs"])
+    assert cost["clean"]["text_bytes"] > 0
+    assert (
+        cost["merge"]["units"] == 1
+        and 0 <= cost["merge"]["cpu_seconds"] < m["run"]["stage_seconds"]["tokenize_and_merge"]
+    )
+    assert "signatures" not in cost and "buckets" not in cost  # near dedup is off here
