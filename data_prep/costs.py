@@ -1,8 +1,8 @@
 """What a finished run cost per stage, and what a larger run of the same kind would cost.
 
 A pilot run over a sample of a snapshot's files records, in ``manifest.json["run"]["cost"]``,
-the CPU seconds of every stage (summed over its units' markers) and the sizes it read and
-kept. Scaled by the ratio of input bytes, that gives the core-hours of the whole snapshot:
+the CPU seconds of every stage (summed over its units' markers); the manifest's ``inputs``
+and ``documents`` say what it read and kept. Scaled by the ratio of input bytes, that gives the core-hours of the whole snapshot:
 the sharded stages divide over every core of every node; plan, tokenizer training and merge
 run in one process each and do not.
 
@@ -64,12 +64,17 @@ def project(manifest: dict, scale: float, cores: int) -> list[StageProjection]:
     return rows
 
 
+def input_bytes(manifest: dict) -> int:
+    """Bytes of every input file the run read (the size each clean marker recorded)."""
+    return sum(entry["bytes"] or 0 for entry in manifest["inputs"])
+
+
 def throughput(manifest: dict) -> dict[str, str]:
     """Per-core rates of the pilot, in the units each stage's cost follows."""
     cost = manifest["run"]["cost"]
-    clean = cost["clean"]
     kept_docs = manifest["documents"]["after_filters"]
-    rates = {"clean": f"{clean['input_bytes'] / max(clean['cpu_seconds'], 1e-9) / 1e6:.1f} MB of input/s"}
+    clean_rate = input_bytes(manifest) / max(cost["clean"]["cpu_seconds"], 1e-9) / 1e6
+    rates = {"clean": f"{clean_rate:.1f} MB of input/s"}
     if "signatures" in cost:
         rates["signatures"] = f"{kept_docs / max(cost['signatures']['cpu_seconds'], 1e-9):,.0f} documents/s"
         rates["buckets"] = f"{kept_docs / max(cost['buckets']['cpu_seconds'], 1e-9):,.0f} documents/s"
@@ -91,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         manifest = json.loads(args.manifest.read_text())
-        pilot_bytes = manifest["run"]["cost"]["clean"]["input_bytes"]
+        pilot_bytes = input_bytes(manifest)
+        if "clean" not in manifest["run"]["cost"]:
+            raise KeyError("run.cost.clean")
     except (OSError, ValueError, KeyError) as exc:
         print(f"{args.manifest}: not a manifest with run.cost ({exc})", file=sys.stderr)
         return 2

@@ -712,21 +712,15 @@ def write_manifest(job: Job, plan_: Plan, tokenizer_info: dict, merge: dict, run
 
 def stage_costs(job: Job, merge: dict) -> dict[str, dict]:
     """Units and CPU seconds of each sharded stage, summed over the markers of every unit (reused
-    ones included: what the outputs cost), and the merge's CPU in its one process; with the
-    input and kept sizes, what ``data_prep.costs`` scales to a larger run of the same kind."""
-    results = clean_results(job)
+    ones included: what the outputs cost), and the merge's CPU in its one process: with the
+    manifest's input sizes and document counts, what ``data_prep.costs`` scales."""
 
     def total(markers: list[dict]) -> dict:
         return {"units": len(markers), "cpu_seconds": round(sum(m.get("cpu_seconds", 0.0) for m in markers), 3)}
 
     tokens_dir = job.dir("tokens")
     costs = {
-        "clean": {
-            **total(results),
-            "input_bytes": sum(input_identity(path)["size"] or 0 for path in {s.source.path for s in job.shards}),
-            "documents": sum(r["records"] for r in results),
-            "text_bytes": sum(r["text_bytes"] for r in results),
-        },
+        "clean": total(clean_results(job)),
         "tokenize": total([read_json(part_paths(tokens_dir, s.shard_id)["marker"]) or {} for s in job.shards]),
         "merge": {"units": 1, "cpu_seconds": merge["cpu_seconds"]},
     }

@@ -10,12 +10,13 @@ from data_prep.costs import main, project
 def pilot_manifest() -> dict:
     return {
         "documents": {"read": 1000, "after_filters": 800, "kept": 700},
+        "inputs": [{"bytes": 1_500_000}, {"bytes": 500_000}, {"bytes": None}],  # None: could not stat it
         "train": {"tokens": 900_000},
         "valid": {"tokens": 100_000},
         "run": {
             "stage_seconds": {"plan": 0.5, "tokenizer": 36.0, "tokenize_and_merge": 50.0},
             "cost": {
-                "clean": {"units": 4, "cpu_seconds": 36.0, "input_bytes": 2_000_000, "documents": 1000},
+                "clean": {"units": 4, "cpu_seconds": 36.0},
                 "signatures": {"units": 4, "cpu_seconds": 72.0},
                 "buckets": {"units": 32, "cpu_seconds": 3.6},
                 "tokenize": {"units": 4, "cpu_seconds": 18.0},
