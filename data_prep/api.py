@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from data_prep.config import DataPrepConfig
-from runconfig.atomic import atomic_write_bytes
+from jobscripts.atomic import atomic_write_bytes
 
 
 def load_data_prep_config(

@@ -23,7 +23,7 @@ from data_prep.filters import FILTER_NAMES, DocumentFilter
 from data_prep.normalize import normalize_encoded
 from data_prep.readers import InputFile, ReadLog, read_documents
 from data_prep.tokenizer import file_sha256
-from runconfig.atomic import atomic_write_json, publish, tmp_path
+from jobscripts.atomic import atomic_write_json, publish, tmp_path
 
 TEXT_SCHEMA = pa.schema([("text", pa.large_string())])
 _FILTERS: dict[str, DocumentFilter] = {}  # one per worker process and config

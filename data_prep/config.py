@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
+from jobscripts.scripts import SlurmOptions
 from runconfig.checks import check_at_least, check_choice, check_fraction
-from runconfig.scripts import SlurmOptions
 
 FORMATS = ("auto", "jsonl", "parquet", "wet", "warc")
 NORMALIZATIONS = ("NFC", "NFKC", "none")

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from data_prep.config import NearDedupConfig
-from runconfig.atomic import atomic_write_json, publish, tmp_path
+from jobscripts.atomic import atomic_write_json, publish, tmp_path
 
 _BATCH_SHINGLES = 16_384  # shingles through the permutations at once: (num_perm, this) uint32 in memory
 _digest = methodcaller("digest")

@@ -12,7 +12,7 @@ same command again.
 
 Array task ``i`` of ``N`` runs ``python -m data_prep --submission DIR --stage S --tasks N``
 with ``SLURM_ARRAY_TASK_ID=i``: the stage's units ``i, i+N, ...`` (data_prep.pipeline.run_task).
-Each task records its attempts in ``attempts/<stage>-<rank>.json`` (runconfig.attempts); a
+Each task records its attempts in ``attempts/<stage>-<rank>.json`` (rundir.attempts); a
 task whose failed attempts exceed ``runtime.slurm.max_retries`` is not resubmitted.
 Preemption (SIGTERM, also sent ``signal_grace_s`` before the time limit) is no failure.
 """
@@ -35,10 +35,12 @@ from data_prep.config import DataPrepConfig, fingerprint
 from data_prep.pipeline import check_inputs, run_task
 from data_prep.shards import Shard, shards_from_json, shards_to_json
 from data_prep.stages import DataPrepError, Job, Stage
-from runconfig import atomic_write_text, attempts, sbatch
-from runconfig.contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED
-from runconfig.scripts import render_script, sbatch_directives
-from runconfig.shell import Raw, Word, join
+from jobscripts import sbatch
+from jobscripts.atomic import atomic_write_text
+from jobscripts.scripts import render_script, sbatch_directives
+from jobscripts.shell import Raw, Word, join
+from rundir import attempts
+from rundir.contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_FILE, SHARDS_FILE, TASKS_FILE = "config.yaml", "shards.json", "tasks.json"

@@ -44,7 +44,7 @@ from data_prep.readers import rebase_lines
 from data_prep.shards import Shard
 from data_prep.tokenizer import file_sha256, load_tokenizer, token_dtype, tokenizer_type, train_sentencepiece
 from data_prep.writer import DROP, SPLITS, DatasetMerger, TokenizeTask, assignment_digest, part_paths, tokenize_shard
-from runconfig.atomic import atomic_write_bytes, atomic_write_json, publish, read_json, tmp_path
+from jobscripts.atomic import atomic_write_bytes, atomic_write_json, publish, read_json, tmp_path
 
 FORMAT_VERSION = 1
 logger = logging.getLogger("data_prep")

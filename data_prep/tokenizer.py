@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.config import TokenizerConfig
-from runconfig.atomic import atomic_write_bytes
+from jobscripts.atomic import atomic_write_bytes
 
 # EOS spellings tried, in order, when a Hugging Face tokenizer is loaded without eod_token.
 _HF_EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]")

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from data_prep.tokenizer import Tokenizer, load_tokenizer, token_dtype
-from runconfig.atomic import atomic_write_json, publish, tmp_path
+from jobscripts.atomic import atomic_write_json, publish, tmp_path
 
 SPLITS = ("train", "valid")
 DROP, TRAIN, VALID = 0, 1, 2  # values of the per-document assignment array

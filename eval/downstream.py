@@ -16,8 +16,8 @@ from typing import Optional
 
 import pandas as pd
 
-from runconfig import atomic_write_text
-from runconfig.run_dir import LM_EVAL_FILE
+from jobscripts.atomic import atomic_write_text
+from rundir.files import LM_EVAL_FILE
 
 KEYS = ["preset", "depth", "lr", "seed"]
 

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from runconfig.run_dir import PARAMETRIZATION_FILE, read_diagnostics, read_summary
+from rundir.files import PARAMETRIZATION_FILE, read_diagnostics, read_summary
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
 HIDDEN_ROLES = ("hidden_in", "hidden_out")

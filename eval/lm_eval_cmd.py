@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from runconfig import atomic_write_text
-from runconfig.run_dir import (
+from jobscripts.atomic import atomic_write_text
+from rundir.files import (
     CONFIG_FILE,
     HF_EXPORT_DIR,
     LM_EVAL_FILE,

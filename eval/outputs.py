@@ -10,8 +10,8 @@ import json
 import os
 from typing import Any
 
-from runconfig import atomic_write_bytes, atomic_write_text
-from runconfig.run_dir import json_safe  # the toolkit's one convention: non-finite -> "nan"/"inf"/"-inf"
+from jobscripts.atomic import atomic_write_bytes, atomic_write_text
+from rundir.files import json_safe  # the toolkit's one convention: non-finite -> "nan"/"inf"/"-inf"
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from runconfig.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, TAIL_COLUMNS
-from runconfig.run_dir import read_summary
+from rundir.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, TAIL_COLUMNS
+from rundir.files import read_summary
 
 # Contract column -> the short name the analysis uses.
 SHORT_NAMES: dict[str, str] = {

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
-from runconfig.scripts import ScriptError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_RESUMABLE = 0, 1, 2, 4, 75
 
@@ -95,8 +95,8 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
 
 
 def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> int:
+    from jobscripts.scripts import SlurmOptions
     from launch.job import JobRequest, run_job
-    from runconfig.scripts import SlurmOptions
 
     slurm = SlurmOptions(
         partition=args.partition,

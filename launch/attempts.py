@@ -1,4 +1,4 @@
-"""Each run's record of attempts: ``RUN_DIR/launch/attempts.json`` (a :mod:`runconfig.attempts` log).
+"""Each run's record of attempts: ``RUN_DIR/launch/attempts.json`` (a :mod:`rundir.attempts` log).
 
 The executor writes one entry when it starts the trainer and completes it when the trainer
 exits; the retry limit counts entries whose outcome counts as a failure (``launch.outcomes``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch.outcomes import counts_as_failure
-from runconfig import attempts as attempt_log
+from rundir import attempts as attempt_log
 
 ATTEMPTS_FILE = Path("launch") / "attempts.json"
 

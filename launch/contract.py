@@ -1,8 +1,8 @@
-"""Names fixed by docs/contracts.md that launch reads or writes (shared ones live in runconfig.contract)."""
+"""Names fixed by docs/contracts.md that launch reads or writes (shared ones live in rundir.contract)."""
 
 from __future__ import annotations
 
-from runconfig.contract import (  # noqa: F401 - re-exported for launch's modules
+from rundir.contract import (  # noqa: F401 - re-exported for launch's modules
     CANONICAL_KEYS,
     CONFIG_FILE,
     LOCK_FILE,
@@ -12,7 +12,7 @@ from runconfig.contract import (  # noqa: F401 - re-exported for launch's module
     TAIL_COLUMNS,
     canonical_values,
 )
-from runconfig.contract import FINAL_STATUSES as _FINAL
+from rundir.contract import FINAL_STATUSES as _FINAL
 
 FINAL_STATUSES: tuple[str, ...] = tuple(_FINAL)  # a rerun leaves these alone
 

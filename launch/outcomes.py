@@ -11,8 +11,8 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from runconfig import attempts as attempt_log
-from runconfig.contract import (
+from rundir import attempts as attempt_log
+from rundir.contract import (
     EXIT_COMPLETED,
     EXIT_CONFIG,
     EXIT_DIVERGED,

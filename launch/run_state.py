@@ -16,7 +16,7 @@ from pathlib import Path
 from launch import attempts
 from launch.contract import FINAL_STATUSES, LOCK_FILE
 from launch.outcomes import counts_as_failure
-from runconfig.run_dir import read_summary
+from rundir.files import read_summary
 
 STATUSES: tuple[str, ...] = ("completed", "diverged", "failed", "running", "pending")
 PROC_LOCKS = Path("/proc/locks")

@@ -19,6 +19,7 @@ from typing import Any, Optional, TextIO
 
 import yaml
 
+from jobscripts.atomic import atomic_write_text
 from launch.contract import (
     CANONICAL_KEYS,
     CONFIG_FILE,
@@ -30,8 +31,8 @@ from launch.contract import (
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
-from runconfig import atomic_write_text, flatten
-from runconfig.run_dir import read_metrics, read_summary
+from runconfig import flatten
+from rundir.files import read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
 RESULT_STATUS = {"completed": "completed", "diverged": "diverged", "failed": "failed", "running": "pending"}

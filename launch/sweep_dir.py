@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from launch.sweep_plan import BASE_SNAPSHOT, RUNS_DIR, SweepPlan
-from runconfig import atomic_write_text
 
 SWEEP_FILE = "sweep.yaml"
 RESULTS_FILE = "results.csv"

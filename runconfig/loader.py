@@ -19,8 +19,6 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runconfig.atomic import atomic_write_bytes, atomic_write_text  # noqa: F401  (re-exported)
-
 T = TypeVar("T")
 
 

@@ -20,7 +20,7 @@ from data_prep.api import load_data_prep_config
 from data_prep.pipeline import manifest_without_run, run
 from data_prep.slurm import failures, plan_submission, run_array_task, submit
 from data_prep.stages import DataPrepError
-from runconfig import attempts
+from rundir import attempts
 from tests.data_prep_fixtures import english_doc, write_jsonl
 from tests.launch_fixtures.helpers import dumping, stub_bin
 from tests.test_data_prep_pipeline import planted_inputs, planted_overrides

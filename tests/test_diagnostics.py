@@ -166,7 +166,7 @@ def test_training_is_bit_identical_with_diagnostics_and_rows_follow_the_contract
     off, _ = _train(tmp_path, "off")
     on, run_dir = _train(tmp_path, "on", "logging.diagnostics_interval=2")
     assert on == off
-    from runconfig.run_dir import read_diagnostics
+    from rundir.files import read_diagnostics
 
     rows = read_diagnostics(run_dir)
     assert sorted({r["step"] for r in rows}) == [2, 4, 6]
@@ -181,7 +181,7 @@ def test_training_is_bit_identical_with_diagnostics_and_rows_follow_the_contract
 
 
 def test_truncate_diagnostics_keeps_rows_up_to_the_checkpoint(tmp_path):
-    from runconfig.run_dir import DIAGNOSTICS_FILE, read_diagnostics, truncate_diagnostics
+    from rundir.files import DIAGNOSTICS_FILE, read_diagnostics, truncate_diagnostics
 
     lines = [{"step": s, "layer": 0, "kind": "residual", "rms": float("nan") if s == 4 else 1.0} for s in (2, 4, 6)]
     (tmp_path / DIAGNOSTICS_FILE).write_text("".join(json.dumps(r).replace("NaN", '"nan"') + "\n" for r in lines))

@@ -78,7 +78,7 @@ def test_gpu_diagnostics_rows_follow_the_cpu_contract(tmp_path):
     """Diagnostics on the GPU path (NCCL, bf16, distributed optimizer): the same rows as a CPU
     run of the same config, every value finite, and training unchanged by them (a GPU run is
     not bitwise reproducible, so losses are compared with a tolerance)."""
-    from runconfig.run_dir import read_diagnostics
+    from rundir.files import read_diagnostics
 
     short = ["training.steps=6", "eval.at=[1.0]", "scheduler.warmup_steps=1"]
     train(tmp_path / "off", *GPU, *short)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from jobscripts.sbatch import SubmitError, parse_job_id
 from launch.__main__ import main
 from runconfig.loader import parse_overrides
-from runconfig.sbatch import SubmitError, parse_job_id
 from tests.launch_fixtures.helpers import (
     DUMP_ARGV,
     FAKE_SRUN,

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from runconfig import run_dir as rd
+from rundir import files as rd
 from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
 
 

@@ -106,7 +106,7 @@ def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tm
     train(run, diag)
     got, want = rows(run), rows(reference)
     assert [r["step"] for r in got] == list(range(1, 21))  # no duplicate or missing steps
-    from runconfig.run_dir import read_diagnostics
+    from rundir.files import read_diagnostics
 
     keys = [(r["step"], r.get("param") or (r["layer"], r["kind"])) for r in read_diagnostics(run)]
     assert len(keys) == len(set(keys)) and sorted({k[0] for k in keys}) == list(range(1, 21))

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from runconfig import atomic_write_text
-from runconfig.run_dir import CHECKPOINTS_DIR, COMMON_FILE, LATEST, checkpoint_dir, latest_checkpoint, step_dir_name
+from jobscripts.atomic import atomic_write_text
+from rundir.files import CHECKPOINTS_DIR, COMMON_FILE, LATEST, checkpoint_dir, latest_checkpoint, step_dir_name
 
 
 def cpu_state_file(tp_rank: int, pp_rank: int) -> str:

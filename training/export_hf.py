@@ -28,9 +28,10 @@ from typing import Any, Optional
 import torch
 
 from data_prep.tokenizer import load_tokenizer
-from runconfig import atomic_write_text, load_config
-from runconfig.run_dir import CONFIG_FILE, RunDirError
+from jobscripts.atomic import atomic_write_text
+from runconfig import load_config
 from runconfig.schema import RunConfig
+from rundir.files import CONFIG_FILE, RunDirError
 from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer

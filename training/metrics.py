@@ -1,7 +1,7 @@
 """The metrics stream of a run: ``metrics.jsonl`` rows, mirrored to TensorBoard / W&B when asked.
 
 Only rank 0 writes; every row is flushed as it is written. The file format (and
-``summary.json``) is owned by :mod:`runconfig.run_dir`.
+``summary.json``) is owned by :mod:`rundir.files`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from runconfig.run_dir import DIAGNOSTICS_FILE, METRICS_FILE, metrics_line
+from rundir.files import DIAGNOSTICS_FILE, METRICS_FILE, metrics_line
 
 
 class RunLog:

@@ -24,7 +24,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from runconfig.contract import (
+from runconfig.schema import RunConfig
+from rundir.contract import (
     EXIT_COMPLETED,
     EXIT_CONFIG,
     EXIT_DIVERGED,
@@ -33,8 +34,8 @@ from runconfig.contract import (
     EXIT_PREEMPTED,
     LOCK_FILE,
 )
-from runconfig.contract import FINAL_STATUSES as FINISHED
-from runconfig.run_dir import (
+from rundir.contract import FINAL_STATUSES as FINISHED
+from rundir.files import (
     CHECKPOINTS_DIR,
     EvalRecord,
     RunSummary,
@@ -43,7 +44,6 @@ from runconfig.run_dir import (
     run_identity,
     write_summary,
 )
-from runconfig.schema import RunConfig
 from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
 from training.session import Session, SetupError, build_session
 

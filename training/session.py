@@ -20,8 +20,11 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from runconfig import atomic_write_text, dump_yaml, flatten, to_dict
-from runconfig.run_dir import (
+from jobscripts.atomic import atomic_write_text
+from runconfig import dump_yaml, flatten, to_dict
+from runconfig.schema import RunConfig
+from runconfig.validate import validate
+from rundir.files import (
     CHECKPOINTS_DIR,
     COMMON_FILE,
     CONFIG_FILE,
@@ -33,8 +36,6 @@ from runconfig.run_dir import (
     truncate_diagnostics,
     truncate_metrics,
 )
-from runconfig.schema import RunConfig
-from runconfig.validate import validate
 
 # Config keys that may change between a run and its resume (they do not change the math).
 RESUMABLE_CHANGES = ("run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir")

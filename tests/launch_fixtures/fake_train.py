@@ -40,9 +40,10 @@ _pkg = types.ModuleType("patches")
 _pkg.__path__ = [str(REPO / "patches")]
 sys.modules.setdefault("patches", _pkg)
 
-from runconfig import ConfigError, atomic_write_text, dump_yaml, load_config  # noqa: E402
-from runconfig import run_dir as rd  # noqa: E402  (the run-directory format, as the real trainer writes it)
+from jobscripts.atomic import atomic_write_text  # noqa: E402
+from runconfig import ConfigError, dump_yaml, load_config  # noqa: E402
 from runconfig.schema import RunConfig  # noqa: E402
+from rundir import files as rd  # noqa: E402  (the run-directory format, as the real trainer writes it)
 
 PREEMPT = {"signal": None}
 

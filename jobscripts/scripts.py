@@ -1,0 +1,95 @@
+"""Bash scripts for launchers and batch jobs: one renderer, so every script has the same shape.
+
+A script is: shebang, ``#SBATCH`` directives (SLURM only), a comment header, ``set -euo
+pipefail``, ``cd`` to the submit directory, exports, the user's setup lines, our own prelude
+lines, and ``exec`` of one command (so signals reach the launcher, not an idle bash).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+from jobscripts.shell import Token, comment, join, quote
+
+SBATCH_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:@/+=%-]+")
+JOB_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.^+-]")
+
+
+class ScriptError(ValueError):
+    """A ``#SBATCH`` setting that cannot be written safely; the message names the setting."""
+
+
+@dataclass
+class SlurmOptions:
+    """``#SBATCH`` settings shared by ``launch job --launcher slurm``, the sweep ``slurm:`` section and data_prep."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    time: Optional[str] = None  # e.g. "04:00:00"
+    job_name: Optional[str] = None
+    cpus_per_task: Optional[int] = None
+    mem: Optional[str] = None  # e.g. "64G"
+    sbatch_lines: list[str] = field(default_factory=list)  # extra options, e.g. "--qos=high"
+    setup: list[str] = field(default_factory=list)  # shell lines before the command (module load, venv)
+    signal_grace_s: int = 120  # SIGTERM this long before the time limit: checkpoint, exit 75; 0: off
+
+
+def job_name(text: str) -> str:
+    """A SLURM job name: ``text`` with anything but ``[A-Za-z0-9_.^+-]`` replaced by ``_``."""
+    return JOB_NAME_UNSAFE.sub("_", text)[:128] or "depthmup"
+
+
+def sbatch_directives(
+    opts: SlurmOptions,
+    *,
+    name: str,
+    resources: Mapping[str, object],
+    signal_batch_shell: bool = False,
+) -> list[str]:
+    """``#SBATCH`` lines: the job name, ``resources`` (option -> value, None skipped), then ``opts``.
+
+    ``signal_batch_shell``: deliver the pre-timeout SIGTERM to the batch shell (``B:``), for
+    scripts that ``exec`` the work in the batch step instead of an ``srun`` step.
+    """
+    lines = [f"--job-name={job_name(opts.job_name or name)}"]
+    lines += [f"--{key}={value}" for key, value in resources.items() if value is not None]
+    for key in ("partition", "account", "time", "mem"):
+        value = getattr(opts, key)
+        if value is not None:
+            if not SBATCH_SAFE_VALUE.fullmatch(str(value)):
+                raise ScriptError(f"slurm {key}: {value!r} holds characters not allowed in an #SBATCH line")
+            lines.append(f"--{key}={value}")
+    if opts.cpus_per_task is not None:
+        if opts.cpus_per_task < 1:
+            raise ScriptError(f"slurm cpus_per_task: must be >= 1, got {opts.cpus_per_task}")
+        lines.append(f"--cpus-per-task={opts.cpus_per_task}")
+    if opts.signal_grace_s:
+        lines.append(f"--signal={'B:' if signal_batch_shell else ''}TERM@{int(opts.signal_grace_s)}")
+    for extra in opts.sbatch_lines:
+        if not extra.startswith("-") or "\n" in extra or "\r" in extra:
+            raise ScriptError(f"slurm sbatch line {extra!r}: must be one sbatch option such as '--qos=high'")
+        lines.append(extra)
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def render_script(
+    *,
+    title: str,
+    command: Sequence[Token],
+    cwd: str,
+    directives: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    env: Mapping[str, Token] | None = None,
+    setup: Sequence[str] = (),
+    prelude: Sequence[str] = (),
+) -> str:
+    """The script text. ``setup`` is the user's shell (kept verbatim, it is code by intent);
+    ``prelude`` is launch's own; every value in ``command``/``env``/``cwd`` is quoted."""
+    lines = ["#!/usr/bin/env bash", *directives, comment(title), *(comment(n) for n in notes)]
+    lines += ["set -euo pipefail", f"cd {quote(cwd)}"]
+    lines += [f"export {key}={quote(value)}" for key, value in (env or {}).items()]
+    lines += [*setup, *prelude, f"exec {join(command)}", ""]
+    return "\n".join(lines)

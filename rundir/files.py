@@ -1,0 +1,295 @@
+"""The run directory of docs/contracts.md, owned here: file names, record types, readers, writers.
+
+The trainer (rank 0) writes it; launch (run states, ``results.csv``, the study planner),
+eval (divergence reasons, checkpoints) and the tests' stand-in trainer read it, all through
+this module. One convention for numbers JSON cannot hold, in every JSON file the toolkit
+writes: non-finite floats are the strings ``"nan"``, ``"inf"``, ``"-inf"`` (:func:`json_safe`),
+read back as floats (:func:`number`); ``null`` means "no value".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from jobscripts.atomic import atomic_write_text
+from rundir.contract import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    DIAGNOSTICS_FILE,
+    EXIT_PREEMPTED,
+    FINAL_STATUSES,
+    HF_EXPORT_DIR,
+    LM_EVAL_FILE,
+    LM_EVAL_SAMPLES_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    PARAMETRIZATION_FILE,
+    SUMMARY_FILE,
+)
+
+__all__ = [
+    "CHECKPOINTS_DIR",
+    "COMMON_FILE",
+    "CONFIG_FILE",
+    "DIAGNOSTICS_FILE",
+    "HF_EXPORT_DIR",
+    "LM_EVAL_FILE",
+    "LM_EVAL_SAMPLES_FILE",
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "PARAMETRIZATION_FILE",
+    "SUMMARY_FILE",
+    "EvalRecord",
+    "RunDirError",
+    "RunSummary",
+    "checkpoint_dir",
+    "json_safe",
+    "latest_checkpoint",
+    "metrics_line",
+    "number",
+    "read_diagnostics",
+    "read_metrics",
+    "read_summary",
+    "run_identity",
+    "step_dir_name",
+    "truncate_diagnostics",
+    "truncate_metrics",
+    "write_summary",
+]
+
+LATEST = "latest"  # checkpoints/latest: the name of the newest complete checkpoint folder
+COMMON_FILE = "common.json"  # in each checkpoint folder: step, evals, layout, table, config
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class RunDirError(ValueError):
+    """A run-directory file exists but does not hold what the contract says; names the file."""
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` for strict JSON (recursively): non-finite floats as their strings, numpy
+    scalars as Python numbers, mapping keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy / torch scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def number(value: Any, where: str = "value") -> Optional[float]:
+    """A JSON number as written by :func:`json_safe` -> float (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise RunDirError(f"{where}: expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.lower() in _NON_FINITE:
+        return _NON_FINITE[value.lower()]
+    raise RunDirError(f"{where}: expected a number, got {value!r}")
+
+
+# ----------------------------------------------------------------------------- summary.json
+@dataclass(frozen=True)
+class EvalRecord:
+    """One held-out evaluation: at ``step``, the ``fraction`` of training it stands for."""
+
+    step: int
+    fraction: float
+    val_loss: float
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """``summary.json``: how a run ended (or stopped) and what it reached.
+
+    ``status``: completed | diverged (final: a rerun leaves them alone) | failed (a crash, or
+    a preemption with ``exit_code`` 75: resumable). The run's identity (preset, depth, ...)
+    is repeated so a summary can be read without its config.
+    """
+
+    status: str
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+    steps: int = 0
+    target_steps: Optional[int] = None
+    tokens: int = 0
+    evals: tuple[EvalRecord, ...] = ()
+    final_val_loss: Optional[float] = None
+    final_train_loss: Optional[float] = None
+    wall_time_s: Optional[float] = None
+    preset: Optional[str] = None
+    num_layers: Optional[int] = None
+    hidden_size: Optional[int] = None
+    lr: Optional[float] = None
+    block_multiplier: Optional[float] = None
+    seed: Optional[int] = None
+    base_num_layers: Optional[int] = None
+    optimizer: Optional[str] = None
+    width: Optional[str] = None  # the width rule (sp | mup | yaida)
+    emergent_scale: Optional[dict[str, float]] = None  # width yaida: {s, gamma = L/n^(1-s), L_over_n}
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # keys a newer writer added
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @property
+    def preempted(self) -> bool:
+        return self.exit_code == EXIT_PREEMPTED
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("evals", "extra")}
+        data["evals"] = [asdict(e) for e in self.evals]
+        data.update(self.extra)
+        return json_safe(data)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = SUMMARY_FILE) -> RunSummary:
+        if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+            raise RunDirError(f"{where}: expected an object with a 'status' string")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        for key in ("final_val_loss", "final_train_loss", "wall_time_s", "lr", "block_multiplier"):
+            values[key] = number(data.get(key), f"{where}: {key}")
+        evals = data.get("evals") or []
+        if not isinstance(evals, list):
+            raise RunDirError(f"{where}: evals: expected a list")
+        values["evals"] = tuple(
+            EvalRecord(
+                int(e["step"]),
+                number(e.get("fraction"), f"{where}: evals[{i}].fraction"),
+                number(e.get("val_loss"), f"{where}: evals[{i}].val_loss"),
+            )
+            for i, e in enumerate(evals)
+            if isinstance(e, dict) and "step" in e
+        )
+        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+
+
+def run_identity(cfg: Any) -> dict[str, Any]:
+    """The ``summary.json`` fields that say which run this is, from its ``RunConfig`` (the
+    trainer and the tests' stand-in trainer both use this)."""
+    from patches.rules import emergent_scale_record
+
+    par, model = cfg.parametrization, cfg.model
+    width = par.resolved_width
+    scale = emergent_scale_record(model.num_layers, model.hidden_size, float(par.yaida_s)) if width == "yaida" else None
+    return {
+        "preset": par.preset,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "lr": cfg.optimizer.lr,
+        "block_multiplier": par.block_multiplier,
+        "seed": cfg.run.seed,
+        "base_num_layers": par.base_num_layers or model.num_layers,
+        "optimizer": cfg.optimizer.name,
+        "width": width,
+        "emergent_scale": scale,
+    }
+
+
+def read_summary(run_dir: Path) -> Optional[RunSummary]:
+    """The run's summary; None when there is none yet or it cannot be read (a run in progress,
+    or a file cut short: the run is then treated as not finished and rerun)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        return RunSummary.from_json(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: RunSummary) -> None:
+    atomic_write_text(Path(run_dir) / SUMMARY_FILE, json.dumps(summary.to_json(), indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------- metrics.jsonl
+def metrics_line(row: dict[str, Any]) -> str:
+    """One ``metrics.jsonl`` line (``kind`` train | eval, ``step``, then the values)."""
+    return json.dumps(json_safe(row)) + "\n"
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON-object line; stops at the first that is not (a line cut by a hard
+    kill, after which nothing is reliable)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if not isinstance(row, dict):
+            break
+        rows.append(row)
+    return rows
+
+
+def _with_numbers(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``keys`` written as "nan"/"inf"/"-inf" read back as floats (other strings left alone)."""
+    for row in rows:
+        for key in keys:
+            if isinstance(row.get(key), str):
+                try:
+                    row[key] = number(row[key])
+                except RunDirError:
+                    pass
+    return rows
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
+    return _with_numbers(_read_rows(Path(run_dir) / METRICS_FILE), ("loss", "val_loss", "grad_norm"))
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Keep rows up to ``last_step`` (the restored checkpoint): no duplicates after a resume."""
+    rows = [r for r in read_metrics(run_dir) if r.get("step", 0) <= last_step]
+    atomic_write_text(Path(run_dir) / METRICS_FILE, "".join(metrics_line(r) for r in rows))
+
+
+# ----------------------------------------------------------------------------- diagnostics.jsonl
+def read_diagnostics(run_dir: Path) -> list[dict[str, Any]]:
+    """``diagnostics.jsonl`` rows (docs/contracts.md), numbers as floats (``"nan"`` -> nan)."""
+    return _with_numbers(
+        _read_rows(Path(run_dir) / DIAGNOSTICS_FILE), ("weight_rms", "update_rms", "update_ratio", "rms")
+    )
+
+
+def truncate_diagnostics(run_dir: Path, last_step: int) -> None:
+    """Keep rows up to ``last_step``, like :func:`truncate_metrics` (no file: nothing to do)."""
+    path = Path(run_dir) / DIAGNOSTICS_FILE
+    if path.is_file():
+        rows = [r for r in _read_rows(path) if r.get("step", 0) <= last_step]
+        atomic_write_text(path, "".join(metrics_line(r) for r in rows))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / step_dir_name(step)
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    """The checkpoint folder ``checkpoints/latest`` names (None when there is none)."""
+    pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    if not (path / COMMON_FILE).is_file():
+        raise RunDirError(f"{pointer} names {path}, which is not a complete checkpoint")
+    return path
