@@ -15,6 +15,8 @@ import os
 import sys
 import warnings
 
+from rundir.contract import ExitCode
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="train_gpt.py", description=__doc__.splitlines()[0])
@@ -28,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # flags may sit among the key=value overrides
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*not installed.*")
     args = parse_args(argv)
     if args.local_rank is not None:
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(RunConfig, args.config, args.overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     from training.runner import Trainer
 
     return Trainer(cfg, force=args.force).run()

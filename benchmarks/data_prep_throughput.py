@@ -50,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rundir.contract import ExitCode  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -200,7 +202,7 @@ def _median(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=48, help="synthetic JSONL size in MB")
     parser.add_argument("--shards", type=int, default=8, help="files of the 'many' layout")
@@ -241,7 +243,7 @@ def main() -> int:
         clean_breakdown(inputs, args.repeats)
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
-        return 0
+        return ExitCode.OK
     shard_bytes = load_data_prep_config(None, [f"input.paths=[{large}]"]).input.shard_bytes
     print(
         f"input: {len(inputs)} JSONL files ('many') or one file ('one', cut into {shard_bytes / 2**20:.0f} MiB "
@@ -350,10 +352,10 @@ def main() -> int:
             print(f"  rep {rep} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, {n} tokens, {n / wall:,.0f} tok/s")
     if len(set(tokens.values())) != 1:
         print(f"ERROR: token counts differ: {tokens}")
-        return 1
+        return ExitCode.FAILED
     if len(digests) != 1:
         print(f"ERROR: outputs differ between layouts / worker counts: {digests}")
-        return 1
+        return ExitCode.FAILED
     n = tokens["raw"]
     raw_wall = best["raw"][0]
     print()
@@ -391,7 +393,7 @@ def main() -> int:
     print(f"load average at end: {os.getloadavg()}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

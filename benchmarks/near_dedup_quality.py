@@ -20,11 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from rundir.contract import ExitCode  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -99,7 +101,7 @@ def main() -> int:
     for step, seconds in cpu.items():
         print(f"  {step:11s} {seconds:7.2f} s CPU  {n / seconds:10,.0f} documents/s per core")
     print(f"THROUGHPUT, all steps: {n / total:,.0f} documents/s per core ({total / n * 1e6:.0f} us CPU per document)")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

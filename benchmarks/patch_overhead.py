@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 from runconfig import load_config  # noqa: E402
 from runconfig.schema import RunConfig  # noqa: E402
+from rundir.contract import ExitCode  # noqa: E402
 
 SHAPES = {
     "cpu": [
@@ -127,7 +128,7 @@ def measure(device: str, rounds: int, steps: int, warmup: int) -> tuple[float, f
         shutdown()
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=30)
@@ -145,7 +146,7 @@ def main() -> int:
     if "cuda" in devices and not torch.cuda.is_available():
         if args.device == "cuda":
             print("error: no CUDA device", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         devices.remove("cuda")
     goals = {"cpu": 1.02, "cuda": 1.01}
     for device in devices:
@@ -156,7 +157,7 @@ def main() -> int:
             f"{device} ({name}): unpatched {base * 1e3:.2f} ms/step, patched {patched * 1e3:.2f} ms/step, "
             f"ratio {ratio:.4f} ({verdict} the {goals[device]} goal)"
         )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

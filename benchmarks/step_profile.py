@@ -26,6 +26,8 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
+from rundir.contract import ExitCode  # noqa: E402
+
 # Kernel-name patterns, first match wins (names as CUDA and PyTorch report them).
 FAMILIES = [
     ("fused_triton", r"^triton_"),  # torch.compile'd fusions (megatron's fused cross-entropy)
@@ -48,7 +50,7 @@ def family(name: str) -> str:
     return "other"
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -131,7 +133,7 @@ def main() -> int:
                 )
     finally:
         shutdown()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

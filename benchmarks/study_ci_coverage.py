@@ -25,11 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.results import read_results  # noqa: E402
 from eval.seed_model import SEED_MODELS  # noqa: E402
 from eval.transfer import analyze  # noqa: E402
+from rundir.contract import ExitCode  # noqa: E402
 from tests.test_eval_transfer import write_sweep  # noqa: E402
 from tests.test_planner import planted_opt, rows_of, simulate, study  # noqa: E402
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--windows", type=int, nargs="+", default=[1, 2])
@@ -65,7 +66,7 @@ def main() -> int:
                         f"CI width mean {np.mean(widths):.3f}; runs per study {np.mean([len(x) for x in sims]):.1f}",
                         flush=True,
                     )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from launch.__main__ import main as launch_main  # noqa: E402
+from rundir.contract import ExitCode  # noqa: E402
 
 
 def sweep_spec(tmp: Path, start: str, runs: int, steps: int) -> Path:
@@ -47,7 +48,7 @@ def sweep_spec(tmp: Path, start: str, runs: int, steps: int) -> Path:
     return path
 
 
-def main() -> int:
+def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
@@ -64,13 +65,13 @@ def main() -> int:
                 walls[start].append(time.perf_counter() - t0)
                 if code != 0:
                     print(f"sweep with start={start} exited {code}", file=sys.stderr)
-                    return 1
+                    return ExitCode.FAILED
                 print(f"round {r} {start}: {walls[start][-1]:.1f} s for {args.runs} runs", flush=True)
     e, f = statistics.median(walls["exec"]), statistics.median(walls["fork"])
     print(
         f"fork/exec wall ratio {f / e:.3f}; {(e - f) / args.runs:.2f} s saved per run ({args.runs} runs, 2 at a time)"
     )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from rundir.contract import ExitCode
+
 EXAMPLES = """examples:
   python -m data_prep --config configs/data_prep/jsonl_dump.yaml runtime.workers=8
   python -m data_prep --input 'shards/*.jsonl.gz' --output out/ --vocab-size 2048
@@ -74,7 +76,7 @@ def _flag_layer(args: argparse.Namespace) -> dict:
     return layer
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     args = _parser().parse_intermixed_args(argv)  # overrides may come before or after flags
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr
@@ -92,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_data_prep_config(args.config, args.overrides, [_flag_layer(args)])
     except ConfigError as exc:
         print(f"data_prep: config error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.dry_run and cfg.runtime.executor != "slurm":
         print("data_prep: --dry-run goes with --executor slurm", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.restart:
         shutil.rmtree(Path(cfg.output.dir) / ".work", ignore_errors=True)
     try:
@@ -106,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run(cfg)
     except (InputError, TokenizerError, ValueError) as exc:  # ValueError: a #SBATCH value (ScriptError)
         print(f"data_prep: config error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except DataPrepError as exc:
         print(f"data_prep: failed: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     summary = {
         "output": str(Path(cfg.output.dir).resolve() / "manifest.json"),
         "train": manifest["train"],
@@ -122,17 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": manifest["run"]["elapsed_s"],
     }
     print(json.dumps(summary, indent=1))
-    return 0
+    return ExitCode.OK
 
 
-def _array_task(args: argparse.Namespace) -> int:
+def _array_task(args: argparse.Namespace) -> ExitCode:
     """One task of a SLURM submission; the rank comes from --task or SLURM_ARRAY_TASK_ID."""
     from data_prep.pipeline import DataPrepError
     from data_prep.slurm import load_frozen, run_array_task
 
     if not args.stage:
         print("data_prep: --submission needs --stage", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     folder = Path(args.submission)
     rank = args.task
     if rank is None and os.environ.get("SLURM_ARRAY_TASK_ID"):
@@ -141,11 +143,11 @@ def _array_task(args: argparse.Namespace) -> int:
         frozen_tasks = load_frozen(folder)[2]
         if args.tasks is not None and frozen_tasks.get(args.stage) != args.tasks:
             print(f"data_prep: --tasks {args.tasks}: {folder} has {frozen_tasks.get(args.stage)}", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         return run_array_task(folder, args.stage, rank)
     except DataPrepError as exc:
         print(f"data_prep: failed: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
 
 
 if __name__ == "__main__":

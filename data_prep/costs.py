@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rundir.contract import ExitCode
+
 SHARDED = ("clean", "signatures", "buckets", "tokenize")  # in the order the stages run
 ONE_PROCESS = ("plan", "tokenizer", "merge")
 
@@ -85,7 +87,7 @@ def throughput(manifest: dict) -> dict[str, str]:
     return rates
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="python -m data_prep.costs", description=__doc__.split("\n\n")[0])
     parser.add_argument("manifest", type=Path, help="manifest.json of a finished pilot run")
     size = parser.add_mutually_exclusive_group(required=True)
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             raise KeyError("run.cost.clean")
     except (OSError, ValueError, KeyError) as exc:
         print(f"{args.manifest}: not a manifest with run.cost ({exc})", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     scale = args.scale if args.scale is not None else args.input_bytes / pilot_bytes
     cores = args.nodes * args.cores_per_node
     rows = project(manifest, scale, cores)
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         n = manifest["documents"]["after_filters"]
         if n > 1:
             print(f"plan's sort grows as N log N: add ~{math.log(n * scale) / math.log(n) - 1:.0%} to its line")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

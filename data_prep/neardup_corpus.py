@@ -22,6 +22,8 @@ from itertools import combinations
 
 import numpy as np
 
+from rundir.contract import ExitCode
+
 _SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou", "ea")]
 
 
@@ -210,15 +212,15 @@ def _wrap(body: str, site: tuple[str, str]) -> str:
     return f"{site[0]}\n\n{body}\n\n{site[1]}"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> ExitCode:
     if len(argv) != 1:
         print("usage: python -m data_prep.neardup_corpus OUT.jsonl", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     corpus = generate()
     with open(argv[0], "w") as fh:
         for text, cluster in zip(corpus.texts, corpus.cluster.tolist()):
             fh.write(json.dumps({"text": text, "cluster": cluster}) + "\n")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

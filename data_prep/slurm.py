@@ -40,12 +40,12 @@ from jobscripts.atomic import atomic_write_text
 from jobscripts.scripts import render_script, sbatch_directives
 from jobscripts.shell import Raw, Word, join
 from rundir import attempts
-from rundir.contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_PREEMPTED
+from rundir.contract import STATUS_OF_EXIT, ExitCode, Status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_FILE, SHARDS_FILE, TASKS_FILE = "config.yaml", "shards.json", "tasks.json"
 # The retry policy: outcome -> counts against runtime.slurm.max_retries.
-OUTCOMES = {"completed": False, "failed": True, "preempted": False, attempts.INTERRUPTED: False}
+OUTCOMES = {Status.COMPLETED: False, Status.FAILED: True, Status.PREEMPTED: False, Status.INTERRUPTED: False}
 
 
 class Preempted(BaseException):
@@ -112,18 +112,18 @@ def run_array_task(folder: Path, stage_name: str, rank: int | None) -> int:
     log_file = _attempts_file(folder, stage_name, rank)
     attempt = attempts.begin(log_file, os.getpid())
     previous = signal.signal(signal.SIGTERM, _raise_preempted)
-    code, outcome = EXIT_FAILED, "failed"
+    code = ExitCode.FAILED
     try:
         run_task(cfg, shards, stage, rank, count)
-        code, outcome = EXIT_COMPLETED, "completed"
+        code = ExitCode.OK
     except Preempted:
-        code, outcome = EXIT_PREEMPTED, "preempted"
+        code = ExitCode.RESUMABLE
         print(f"data_prep: {stage_name} task {rank}: preempted; finished units are kept", file=sys.stderr)
     except DataPrepError as exc:
         print(f"data_prep: {stage_name} task {rank} failed: {exc}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        attempts.finish(log_file, attempt, code, outcome, close_earlier=False)
+        attempts.finish(log_file, attempt, code, STATUS_OF_EXIT[code].value, close_earlier=False)
     return code
 
 
@@ -190,12 +190,12 @@ def plan_submission(cfg: DataPrepConfig) -> tuple[Path, list[tuple[Stage, list[i
     return folder, chain, tasks
 
 
-def submit(cfg: DataPrepConfig, dry_run: bool) -> int:
+def submit(cfg: DataPrepConfig, dry_run: bool) -> ExitCode:
     """Submit (or with ``dry_run`` print) the jobs for the work that is left; returns an exit code."""
     folder, chain, tasks = plan_submission(cfg)
     if not chain:
         print(f"data_prep: nothing to submit: {Path(cfg.output.dir).resolve() / 'manifest.json'} is up to date")
-        return 0
+        return ExitCode.OK
     if not dry_run:
         live = queued_jobs(folder)
         if live:
@@ -234,10 +234,10 @@ def submit(cfg: DataPrepConfig, dry_run: bool) -> int:
     if dry_run:
         print("\n".join(lines[2:]))
         print(f"data_prep: dry run: scripts in {sub} ({summary}); run {sub / 'submit.sh'} to submit", file=sys.stderr)
-        return 0
+        return ExitCode.OK
     atomic_write_text(sub / "jobs.json", json.dumps(job_ids, indent=1) + "\n")
     print(f"data_prep: submitted {summary}: jobs {job_ids} ({sub})")
-    return 0
+    return ExitCode.OK
 
 
 def queued_jobs(folder: Path) -> list[str]:

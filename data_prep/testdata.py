@@ -27,6 +27,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from rundir.contract import ExitCode
+
 DOLMA = "dolma==1.2.1"
 WHISPER = "openai-whisper==20250625"
 MISTRAL = "mistral-common==1.13.1"
@@ -169,7 +171,7 @@ def gpt2_tokenizer_json(out: Path | None = None) -> Path:
     return out
 
 
-def main() -> int:
+def main() -> ExitCode:
     try:
         for name, path in {
             **dolma_files(),
@@ -180,8 +182,8 @@ def main() -> int:
             print(f"{name}: {path} ({path.stat().st_size} bytes)")
     except SampleDataUnavailable as exc:
         print(f"unavailable: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

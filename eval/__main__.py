@@ -19,6 +19,8 @@ import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 
+from rundir.contract import ExitCode
+
 SUBCOMMANDS: dict[str, str] = {
     "transfer": "eval.transfer_cmd",
     "coord-check": "eval.coord_check",
@@ -29,9 +31,9 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 def _unavailable(command: str, why: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
+    def run(args: argparse.Namespace) -> ExitCode:
         print(f"error: `python -m eval {command}` is not available: {why}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
 
     return run
 
@@ -67,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> ExitCode:
     args = build_parser().parse_args(argv)
-    return int(args._run(args))
+    return ExitCode(args._run(args))
 
 
 if __name__ == "__main__":

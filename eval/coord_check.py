@@ -23,6 +23,7 @@ import numpy as np
 from eval.outputs import write_json
 from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
+from rundir.contract import ExitCode
 
 if TYPE_CHECKING:
     import torch
@@ -266,12 +267,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> ExitCode:
     try:
         cfg = load_config(RunConfig, args.config, args.overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.yaida_s is not None:
         return _run_yaida(cfg, args)
     results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
@@ -288,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
-def _verdict(results: dict[str, Any], out: str | None, draw: Any, worst: float, bound: float, summary: str) -> int:
+def _verdict(results: dict[str, Any], out: str | None, draw: Any, worst: float, bound: float, summary: str) -> ExitCode:
     """Record pass/fail, write coord_check.json and .png under ``out`` (``draw(png_path)``),
     print the verdict; exit code 0 pass, 1 fail."""
     results["passed"] = bool(worst <= bound)
@@ -298,22 +299,22 @@ def _verdict(results: dict[str, Any], out: str | None, draw: Any, worst: float, 
         draw(out_dir / "coord_check.png")
         print(f"wrote {out_dir / 'coord_check.json'} and {out_dir / 'coord_check.png'}")
     print(("PASS" if results["passed"] else "FAIL") + f": {summary}")
-    return 0 if results["passed"] else 1
+    return ExitCode.OK if results["passed"] else 1
 
 
-def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> int:
+def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:
     from eval.coord_check_yaida import plot_yaida, run_yaida_check
 
     bad = [s for s in args.yaida_s if not 0.0 <= s <= 1.0]
     if bad or not args.widths or len(args.widths) < 2 or args.seeds < 1:
         why = f"--yaida-s: {bad} outside [0, 1]" if bad else "--widths: give at least two widths (--seeds >= 1)"
         print(f"error: {why}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
     except ValueError as exc:  # e.g. optimizer adamw: the family has no Adam rule
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     worst = max(abs(r["slope"] - r["expected_slope"]) for r in results["s_axis"])
     results["max_slope_error"] = args.max_slope_error
     for r in results["s_axis"]:

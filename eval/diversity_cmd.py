@@ -29,6 +29,7 @@ from eval.diversity_inputs import (
 from eval.diversity_plots import plot
 from eval.outputs import write_json
 from runconfig.schema import RunConfig
+from rundir.contract import ExitCode
 
 HELP = "feature diversity exponent kappa (TP-VI Def. 7.6) from residual-stream distances, at init or a checkpoint"
 
@@ -174,12 +175,12 @@ def _print(results: dict[str, Any]) -> None:
         print(f"warning: {w}")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> ExitCode:
     try:
         results = compute(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     _print(results)
     if args.out:
         out = Path(args.out)
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             results["files"] += [p.name for p in plot(results, out / "diversity", args.dpi)]
         write_json(out / "diversity.json", results)
         print(f"wrote {', '.join(str(out / f) for f in results['files'])}")
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from eval.dynamics import DynamicsError, analyse, find_runs, markdown, select
 from eval.dynamics_plots import plot
 from eval.outputs import atomic_write_bytes, write_json
+from rundir.contract import ExitCode
 
 HELP = "update/weight and activation RMS per layer against depth and step, exponents with CIs (diagnostics.jsonl)"
 
@@ -44,13 +45,13 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
     return result
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> ExitCode:
     try:
         result = write_dynamics([Path(p) for p in args.paths], Path(args.out), args.lr, tuple(args.fractions),
                                 args.bootstrap, not args.no_figures)  # fmt: skip
     except DynamicsError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     print(result["markdown"], end="")
     print(f"wrote {', '.join(str(Path(args.out) / f) for f in result['files'])}")
-    return 0
+    return ExitCode.OK

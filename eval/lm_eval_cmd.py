@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jobscripts.atomic import atomic_write_text
+from rundir.contract import ExitCode
 from rundir.files import (
     CONFIG_FILE,
     HF_EXPORT_DIR,
@@ -163,17 +164,17 @@ def evaluate(folder: Path, args: argparse.Namespace) -> tuple[dict[str, Any], li
     return record, _sample_rows(out.get("samples") or {})
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> ExitCode:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: never wait on the network
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    status = 0
+    status = ExitCode.OK
     for target in map(Path, args.targets):
         try:
             folder, dest = model_folder(target, args.step)
             result, samples = evaluate(folder, args)
         except (RunDirError, ValueError, KeyError) as exc:
             print(f"error: {target}: {exc}", file=sys.stderr)
-            status = 2
+            status = ExitCode.USAGE
             continue
         atomic_write_text(dest / LM_EVAL_FILE, json.dumps(result, indent=1))
         if samples:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from eval.seed_model import SEED_MODELS
+from rundir.contract import ExitCode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -174,7 +175,7 @@ def write_transfer(
     return TransferOutputs(analysis, files, made, failed)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> ExitCode:
     from eval.results import ResultsError
     from eval.transfer import AnalysisInputError, fraction_label
 
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if fractions and "all" in fractions:
         if len(fractions) > 1:
             print("error: --fractions: 'all' cannot be combined with numbers", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
         fractions = "all"
     try:
         outputs = write_transfer(
@@ -202,14 +203,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except OSError as exc:
         print(f"error: --out {args.out}: cannot create: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     _print_summary(outputs.analysis, Path(args.out), fraction_label)
     if "downstream.md" in outputs.files:
         print(f"downstream scores: {Path(args.out) / 'downstream.md'}")
-    return 1 if outputs.figure_failed else 0
+    return ExitCode.FAILED if outputs.figure_failed else 0
 
 
 def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[], list[tuple[str, str, Figure]]]]]:

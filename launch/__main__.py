@@ -16,8 +16,7 @@ from typing import Optional
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_RESUMABLE = 0, 1, 2, 4, 75
+from rundir.contract import ExitCode, Status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,9 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="counts by status; writes SWEEP_DIR/results.csv")
     status.add_argument("sweep_dir")
 
-    from launch import demo
+    from study import cli as study_cli  # the command line is the top layer: it may start a study
 
-    demo.add_arguments(sub.add_parser("demo", help="the CPU depth-transfer study end to end (--quick: smoke test)"))
+    study_cli.add_arguments(sub.add_parser("demo", help="a depth-transfer study end to end (--quick: smoke test)"))
     return parser
 
 
@@ -94,7 +93,7 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
     return args, rest
 
 
-def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> int:
+def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> ExitCode:
     from jobscripts.scripts import SlurmOptions
     from launch.job import JobRequest, run_job
 
@@ -134,7 +133,7 @@ def _check_positive(name: str, value: Optional[int], low: int) -> None:
         raise LaunchError(f"{name}: must be >= {low}, got {value}")
 
 
-def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> int:
+def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> ExitCode:
     from launch.executor_local import execute, select_runs
     from launch.status import collect_states, count_states, print_report, write_results
 
@@ -153,15 +152,15 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
     selected = {run.run_id for run in select_runs(plan, only)}
     counts = count_states({rid: s for rid, s in states.items() if rid in selected})
     if execution.interrupted:
-        return EXIT_RESUMABLE
-    if counts["failed"]:
-        return EXIT_FAILED
-    if counts["running"]:
-        return EXIT_BUSY
-    return EXIT_RESUMABLE if counts["pending"] else EXIT_OK
+        return ExitCode.RESUMABLE
+    if counts[Status.FAILED]:
+        return ExitCode.FAILED
+    if counts[Status.RUNNING]:
+        return ExitCode.BUSY
+    return ExitCode.RESUMABLE if counts[Status.PENDING] else ExitCode.OK
 
 
-def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> int:
+def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
     from launch.executor_slurm import submit_array
     from launch.run_state import run_state
     from launch.sweep_dir import run_dir, write_plan
@@ -186,12 +185,12 @@ def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> int:
             state = run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries)
             action = "run" if state.needs_work else "skip"
             print(f"  {action:<4} {state.status:<9} {run.run_id}  {run.point}")
-        return EXIT_OK
+        return ExitCode.OK
     write_plan(sweep_dir, plan, allow_base_change=args.allow_base_change)
     return _execute_and_report(sweep_dir, plan, args)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(args: argparse.Namespace) -> ExitCode:
     from launch.sweep_dir import read_plan
 
     _check_positive("--max-parallel", args.max_parallel, 1)
@@ -200,7 +199,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _execute_and_report(sweep_dir, read_plan(sweep_dir), args, only=args.only)
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> ExitCode:
     from launch.status import collect_states, print_report, write_results
     from launch.sweep_dir import read_plan
 
@@ -210,10 +209,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print_report(sweep_dir, plan, states, sys.stdout)
     path, rows = write_results(sweep_dir, plan, states)
     print(f"wrote {path} ({rows} rows)")
-    return EXIT_OK
+    return ExitCode.OK
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
     parser = _parser()
     args, extra = _split_overrides(parser, sys.argv[1:] if argv is None else argv)
     try:
@@ -224,13 +223,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "demo":
-            from launch import demo
+            from study import cli as study_cli
 
-            return demo.main(args)
+            return study_cli.main(args)
         return _cmd_run(args) if args.command == "run" else _cmd_status(args)
     except (LaunchError, ScriptError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 if __name__ == "__main__":

@@ -1,21 +1,8 @@
-"""Names fixed by docs/contracts.md that launch reads or writes (shared ones live in rundir.contract)."""
+"""Deprecated alias of :mod:`rundir.contract` (moved there; this alias is removed in the next release)."""
 
-from __future__ import annotations
+import importlib
+import sys
+import warnings
 
-from rundir.contract import (  # noqa: F401 - re-exported for launch's modules
-    CANONICAL_KEYS,
-    CONFIG_FILE,
-    LOCK_FILE,
-    METRICS_FILE,
-    RESULT_STATUSES,
-    SUMMARY_FILE,
-    TAIL_COLUMNS,
-    canonical_values,
-)
-from rundir.contract import FINAL_STATUSES as _FINAL
-
-FINAL_STATUSES: tuple[str, ...] = tuple(_FINAL)  # a rerun leaves these alone
-
-# What else the launch side keeps from each run's resolved config.
-EVAL_AT_KEY = "eval.at"
-STEPS_KEY = "training.steps"
+warnings.warn("launch.contract moved to rundir.contract; import it from there", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("rundir.contract")

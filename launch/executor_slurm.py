@@ -26,6 +26,7 @@ from launch.errors import LaunchError
 from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import SweepPlan
+from rundir.contract import ExitCode
 
 SUBMISSIONS_DIR = "slurm"
 LIST_FILE = "runs.txt"
@@ -87,7 +88,7 @@ def submit_array(
     dry_run: bool,
     cwd: Path,
     exclude: Collection[str] = (),
-) -> int:
+) -> ExitCode:
     """Submit one array over the runs that need work (less ``exclude``); return the CLI's exit code."""
     sweep_dir = sweep_dir.resolve()
     pending = [
@@ -97,7 +98,7 @@ def submit_array(
     ]
     if not pending:
         print(f"[launch] sweep {plan.name}: nothing to submit (every run is final or out of retries)", file=sys.stderr)
-        return 0
+        return ExitCode.OK
     if len(pending) > MAX_ARRAY_SIZE:
         raise LaunchError(
             f"sweep {plan.name}: {len(pending)} runs exceed SLURM's default MaxArraySize ({MAX_ARRAY_SIZE}); "
@@ -110,7 +111,7 @@ def submit_array(
     if dry_run:
         sys.stdout.write(script)
         print(f"[launch] dry run: would write {script_file} and {list_file}:\n{listing}", file=sys.stderr, end="")
-        return 0
+        return ExitCode.OK
     atomic_write_text(list_file, listing)
     atomic_write_text(script_file, script)
     output = str(folder).replace("%", "%%") + "/%A_%a.out"
@@ -118,11 +119,11 @@ def submit_array(
         job_id = sbatch.submit(script_file, output)
     except sbatch.SubmitError as exc:
         print(f"[launch] {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
     record = {"job_id": job_id, "runs": len(pending), "max_parallel": max_parallel, "submitted_at": _now()}
     atomic_write_text(folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
     print(f"submitted array job {job_id}: {len(pending)} runs, at most {max_parallel} at a time ({folder})")
-    return 0
+    return ExitCode.OK
 
 
 def _now() -> str:

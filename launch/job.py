@@ -23,6 +23,7 @@ from launch.commands import TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
+from rundir.contract import ExitCode
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU
@@ -120,13 +121,13 @@ def prepare_job(req: JobRequest) -> PreparedJob:
     return PreparedJob(req.launcher, run_dir, script_path, script, slurm_output)
 
 
-def run_job(req: JobRequest, *, dry_run: bool = False) -> int:
+def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
     """Render, keep and run (or submit) the job; return the exit code to exit with."""
     job = prepare_job(req)
     if dry_run:
         sys.stdout.write(job.script)
         print(f"[launch] dry run: would write {job.script_path} and run it", file=sys.stderr)
-        return 0
+        return ExitCode.OK
     atomic_write_text(job.script_path, job.script)
     job.script_path.chmod(0o755)
     print(f"[launch] wrote {job.script_path}", file=sys.stderr)
@@ -135,11 +136,11 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> int:
             job_id = sbatch.submit(job.script_path, job.slurm_output or "slurm-%j.out")
         except sbatch.SubmitError as exc:
             print(f"[launch] {exc}", file=sys.stderr)
-            return 1
+            return ExitCode.FAILED
         record = {"job_id": job_id, "script": str(job.script_path), "submitted_at": _now()}
         atomic_write_text(job.script_path.parent / "slurm_job.json", json.dumps(record, indent=1) + "\n")
         print(f"submitted batch job {job_id}")
-        return 0
+        return ExitCode.OK
     proc = start_child(["bash", str(job.script_path)])
     with forwarding_signals(lambda: [proc]):
         code = proc.wait()

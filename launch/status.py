@@ -20,22 +20,25 @@ from typing import Any, Optional, TextIO
 import yaml
 
 from jobscripts.atomic import atomic_write_text
-from launch.contract import (
-    CANONICAL_KEYS,
-    CONFIG_FILE,
-    EVAL_AT_KEY,
-    STEPS_KEY,
-    TAIL_COLUMNS,
-    canonical_values,
-)
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from runconfig import flatten
+from rundir.contract import (
+    CANONICAL_KEYS,
+    CONFIG_FILE,
+    EVAL_AT_KEY,
+    RESULT_STATUSES,
+    STEPS_KEY,
+    TAIL_COLUMNS,
+    Status,
+    canonical_values,
+)
 from rundir.files import read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
-RESULT_STATUS = {"completed": "completed", "diverged": "diverged", "failed": "failed", "running": "pending"}
+# A run's state as results.csv records it (a running run is not finished: pending).
+RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
 
 
 def collect_states(sweep_dir: Path, plan: SweepPlan) -> dict[str, RunState]:
@@ -118,7 +121,7 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         rd = run_dir(sweep_dir, run.run_id)
         cfg = _run_config(rd, run)
         keys = [*canonical_values(cfg).values(), *(cfg.get(k) for k in extra_keys)]
-        status = RESULT_STATUS.get(states[run.run_id].status, "pending")
+        status = RESULT_STATUS.get(states[run.run_id].status, Status.PENDING)
         for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
@@ -138,7 +141,7 @@ def print_report(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState
     print(f"sweep {plan.name}: {len(plan.runs)} runs in {sweep_dir}", file=out)
     for status, n in counts.items():
         print(f"  {status:<10} {n}", file=out)
-    failed = [(rid, s) for rid, s in states.items() if s.status == "failed"]
+    failed = [(rid, s) for rid, s in states.items() if s.status == Status.FAILED]
     if failed:
         print("failed runs:", file=out)
         for rid, state in failed:

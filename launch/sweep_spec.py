@@ -20,12 +20,12 @@ from omegaconf import MISSING
 
 from jobscripts.scripts import SlurmOptions
 from launch.commands import TrainerSpec, format_override, trainer_command
-from launch.contract import CANONICAL_KEYS, EVAL_AT_KEY, STEPS_KEY, canonical_values
 from launch.errors import LaunchError
 from launch.run_configs import flat_config, load_run_config
 from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
+from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, STEPS_KEY, canonical_values
 
 # Grid value forms besides a plain list: {log2_range: [start, stop, step]} -> 2**start .. 2**stop.
 RANGE_BASES: dict[str, float] = {"log2_range": 2.0, "log10_range": 10.0}

@@ -17,9 +17,8 @@ from megatron.core.transformer.transformer_layer import TransformerLayer, Transf
 
 from patches.branch import ScaledBiasDropoutAdd
 from patches.linear1 import Linear1MLP
+from patches.names import BLOCKS
 from patches.rules import ResolvedParametrization
-
-BLOCKS = ("standard", "linear1")
 
 
 def _mlp_module(spec: ModuleSpec) -> object:

@@ -17,11 +17,14 @@ from megatron.core.tensor_parallel import ColumnParallelLinear
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from patches.names import LINEAR1_PHIS
+
 PHI = {
     "relu": torch.nn.functional.relu,
     "abs": torch.abs,
     "gelu": torch.nn.functional.gelu,
 }
+assert tuple(PHI) == LINEAR1_PHIS
 
 
 class Linear1MLP(MegatronModule):

@@ -14,6 +14,14 @@ from typing import Optional
 from patches.presets import PRESETS, WIDTH_RULE_NAMES, canonical_preset
 
 
+def base_depth(base_num_layers: Optional[int], num_layers: int) -> int:
+    """L0: the base depth the depth rules scale from; unset means the model's own depth (ratio 1).
+
+    The one place this default is decided: the rules, ``summary.json`` and ``results.csv`` use it.
+    """
+    return base_num_layers or num_layers
+
+
 def _positive(name: str, value: Optional[float]) -> None:
     if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ValueError(f"parametrization.{name}: must be a positive finite number, got {value!r}")
@@ -73,6 +81,10 @@ class Parametrization:
                 raise ValueError(f"parametrization.{key}: must be a positive integer, got {value!r}")
         for key in ("block_multiplier", "attn_multiplier", "output_multiplier", "embedding_multiplier"):
             _positive(key, getattr(self, key))
+
+    def resolved_base_num_layers(self, num_layers: int) -> int:
+        """L0 for a model of ``num_layers`` layers (:func:`base_depth`)."""
+        return base_depth(self.base_num_layers, num_layers)
 
     @property
     def resolved_alpha(self) -> float:

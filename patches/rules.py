@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from patches.names import OPTIMIZER_FAMILIES
 from patches.parametrization import Parametrization
 
 # Parameter roles (see patches.roles for how Megatron parameter names map to them).
@@ -160,7 +161,6 @@ def depth_at_fixed_scale(hidden_size: int, s: float, base_hidden_size: int, base
 # Roles Megatron leaves out of weight decay (its standard rule: biases and 1-D params).
 NO_WEIGHT_DECAY_ROLES = (FINAL_NORM, BLOCK_VECTOR)
 
-OPTIMIZER_FAMILIES = {"adam": "adam", "adamw": "adam", "sgd": "sgd"}
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def resolve(
     s = p.yaida_s if p.yaida_s is not None else 0.0
 
     L, n, d = shape.num_layers, shape.hidden_size, shape.kv_channels
-    L0 = p.base_num_layers or L
+    L0 = p.resolved_base_num_layers(L)
     n0 = p.base_hidden_size or n
     d0 = p.base_head_dim or d
     m_L = L / L0

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal, get_args, get_origin
 
-def check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key}: must be one of {list(choices)}, got {value!r}")
+
+def choices_of(choices: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal[...]`` type, or the given tuple itself."""
+    return get_args(choices) if get_origin(choices) is Literal else tuple(choices)
+
+
+def check_choice(key: str, value: Any, choices: Any) -> None:
+    """``value`` is one of ``choices`` (a tuple or a ``Literal`` type)."""
+    allowed = choices_of(choices)
+    if value not in allowed:
+        raise ValueError(f"{key}: must be one of {list(allowed)}, got {value!r}")
 
 
 def check_at_least(key: str, value: float | None, low: float, *, optional: bool = False) -> None:

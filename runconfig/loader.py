@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 T = TypeVar("T")
+_LITERAL_ERROR = re.compile(r"Invalid value ('.*'), expected one of (\[.*\])")
 
 
 class ConfigError(ValueError):
@@ -29,6 +31,9 @@ class ConfigError(ValueError):
 def _describe(exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    choice = _LITERAL_ERROR.match(first)
+    if choice and key:  # a Literal-typed key: the same words as runconfig.checks.check_choice
+        return f"{key}: must be one of {choice.group(2)}, got {choice.group(1)}"
     return f"key '{key}': {first}" if key else first
 
 

@@ -10,13 +10,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional, get_args
 
+from patches.names import OPTIMIZER_FAMILIES, BlockName, Linear1Phi, OptimizerFamily, OptimizerName
 from patches.parametrization import Parametrization
+from patches.rules import ModelShape, ResolvedParametrization
+from patches.rules import resolve as resolve_parametrization
 from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
 
-ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch SDPBackend names, lower case
+# The choices of each key, as types: OmegaConf checks them when a config is loaded, each
+# section's __post_init__ when one is built in Python.
+PositionEmbedding = Literal["learned_absolute", "rope"]
+Normalization = Literal["LayerNorm", "RMSNorm"]
+Activation = Literal["gelu", "relu", "swiglu"]
+TransformerImpl = Literal["local", "transformer_engine"]
+AttentionBackend = Literal["auto", "flash", "cudnn", "efficient", "math"]  # torch SDPBackend names, lower case
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+DecayStyle = Literal["constant", "linear", "cosine", "wsd"]
+WsdDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
+Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on GPU, fp32 on CPU
+Device = Literal["auto", "cpu", "cuda"]
 
 
 @dataclass
@@ -29,20 +43,20 @@ class ModelConfig:
     ffn_hidden_size: Optional[int] = None  # None -> 4 * hidden_size
     seq_length: int = 128
     vocab_size: Optional[int] = None  # None -> from the tokenizer (required with mock data)
-    position_embedding_type: str = "learned_absolute"
-    normalization: str = "LayerNorm"
-    activation: str = "gelu"
+    position_embedding_type: PositionEmbedding = "learned_absolute"
+    normalization: Normalization = "LayerNorm"
+    activation: Activation = "gelu"
     add_bias_linear: bool = True
     untie_embeddings_and_output_weights: bool = True
     init_method_std: float = 0.02
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     layernorm_epsilon: float = 1e-5
-    block: str = "standard"  # standard | linear1 (TP-VI one-matrix MLP branch)
-    linear1_phi: str = "relu"  # relu | abs | gelu (linear1 only)
-    transformer_impl: str = "local"  # local | transformer_engine
+    block: BlockName = "standard"  # linear1: TP-VI one-matrix MLP branch
+    linear1_phi: Linear1Phi = "relu"  # linear1 only
+    transformer_impl: TransformerImpl = "local"
     # local impl: PyTorch SDPA kernel (auto: PyTorch's pick; flash | cudnn | efficient | math)
-    attention_backend: str = "auto"
+    attention_backend: AttentionBackend = "auto"
     # GPU + bf16: megatron's native fused cross-entropy (torch.compile'd, fewer passes over the
     # logits); the CPU path and fp32 runs always use megatron's unfused one
     cross_entropy_fusion: bool = True
@@ -55,13 +69,13 @@ class ModelConfig:
                 f"model.hidden_size: {self.hidden_size} is not divisible by "
                 f"model.num_attention_heads={self.num_attention_heads}; set model.kv_channels"
             )
-        _choice("model.position_embedding_type", self.position_embedding_type, ("learned_absolute", "rope"))
-        _choice("model.normalization", self.normalization, ("LayerNorm", "RMSNorm"))
-        _choice("model.activation", self.activation, ("gelu", "relu", "swiglu"))
-        _choice("model.block", self.block, ("standard", "linear1"))
-        _choice("model.linear1_phi", self.linear1_phi, ("relu", "abs", "gelu"))
-        _choice("model.transformer_impl", self.transformer_impl, ("local", "transformer_engine"))
-        _choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        _choice("model.position_embedding_type", self.position_embedding_type, PositionEmbedding)
+        _choice("model.normalization", self.normalization, Normalization)
+        _choice("model.activation", self.activation, Activation)
+        _choice("model.block", self.block, BlockName)
+        _choice("model.linear1_phi", self.linear1_phi, Linear1Phi)
+        _choice("model.transformer_impl", self.transformer_impl, TransformerImpl)
+        _choice("model.attention_backend", self.attention_backend, AttentionBackend)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
@@ -74,7 +88,7 @@ class ModelConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: str = "adamw"  # adam (L2 weight decay) | adamw (decoupled) | sgd
+    name: OptimizerName = "adamw"  # adam (L2 weight decay) | adamw (decoupled) | sgd
     lr: float = 1e-3  # eta: the base LR a sweep varies; each group gets eta * its factor
     min_lr_ratio: float = 0.1  # each group decays to this fraction of its own peak LR
     weight_decay: float = 0.0
@@ -85,7 +99,7 @@ class OptimizerConfig:
     clip_grad: float = 1.0  # global grad-norm clip; 0 disables
 
     def __post_init__(self) -> None:
-        _choice("optimizer.name", self.name, ("adam", "adamw", "sgd"))
+        _choice("optimizer.name", self.name, OptimizerName)
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"optimizer.lr: must be a positive finite number, got {self.lr!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -95,21 +109,21 @@ class OptimizerConfig:
         _at_least("optimizer.adam_eps", self.adam_eps, 0.0)
 
     @property
-    def family(self) -> str:
+    def family(self) -> OptimizerFamily:
         """The LR-rule family of the spec: 'adam' for Adam/AdamW, 'sgd' for SGD."""
-        return "sgd" if self.name == "sgd" else "adam"
+        return OPTIMIZER_FAMILIES[self.name]
 
 
 @dataclass
 class SchedulerConfig:
-    decay_style: str = "cosine"  # constant | linear | cosine | wsd (warmup-stable-decay)
+    decay_style: DecayStyle = "cosine"  # wsd: warmup-stable-decay
     warmup_steps: int = 0
     wsd_decay_steps: Optional[int] = None  # wsd: length of the final decay phase
-    wsd_decay_style: str = "linear"  # wsd: linear | cosine | exponential | minus_sqrt
+    wsd_decay_style: WsdDecayStyle = "linear"  # the wsd decay phase
 
     def __post_init__(self) -> None:
-        _choice("scheduler.decay_style", self.decay_style, ("constant", "linear", "cosine", "wsd"))
-        _choice("scheduler.wsd_decay_style", self.wsd_decay_style, ("linear", "cosine", "exponential", "minus_sqrt"))
+        _choice("scheduler.decay_style", self.decay_style, DecayStyle)
+        _choice("scheduler.wsd_decay_style", self.wsd_decay_style, WsdDecayStyle)
         _at_least("scheduler.warmup_steps", self.warmup_steps, 0)
         if self.decay_style == "wsd" and not self.wsd_decay_steps:
             raise ValueError("scheduler.wsd_decay_steps: required (> 0) when scheduler.decay_style is 'wsd'")
@@ -120,7 +134,7 @@ class TrainingConfig:
     steps: int = 100
     micro_batch_size: int = 4
     global_batch_size: int = 8
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
+    precision: Precision = "auto"  # auto: bf16 on GPU, fp32 on CPU
     divergence_loss_bound: Optional[float] = None  # None -> ln(vocab_size) + 3
     divergence_patience: int = 1  # consecutive steps above the bound that end the run
 
@@ -132,7 +146,7 @@ class TrainingConfig:
                 f"training.global_batch_size: {self.global_batch_size} is not a multiple of "
                 f"training.micro_batch_size={self.micro_batch_size}"
             )
-        _choice("training.precision", self.precision, ("auto", "fp32", "bf16"))
+        _choice("training.precision", self.precision, Precision)
 
 
 @dataclass
@@ -212,13 +226,13 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = 1
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = True  # GPU path only; Adam/AdamW only (megatron): false for sgd
-    device: str = "auto"  # auto | cpu | cuda
+    device: Device = "auto"
     cpu_threads: Optional[int] = None  # torch.set_num_threads on the CPU path
 
     def __post_init__(self) -> None:
         _at_least("parallel.tensor_model_parallel_size", self.tensor_model_parallel_size, 1)
         _at_least("parallel.pipeline_model_parallel_size", self.pipeline_model_parallel_size, 1)
-        _choice("parallel.device", self.device, ("auto", "cpu", "cuda"))
+        _choice("parallel.device", self.device, Device)
 
 
 @dataclass
@@ -249,3 +263,42 @@ class RunConfig:
         """Training needs data; showing the table or a coordinate check does not."""
         if not self.data.mock and not (self.data.manifest or self.data.train_prefixes):
             raise ValueError("data: give data.manifest, data.train_prefixes, or set data.mock=true")
+
+
+def run_identity(cfg: RunConfig) -> dict[str, Any]:
+    """The ``summary.json`` fields that say which run this is (docs/contracts.md); the trainer
+    and the tests' stand-in trainer both write them from here."""
+    from patches.rules import emergent_scale_record
+
+    par, model = cfg.parametrization, cfg.model
+    width = par.resolved_width
+    scale = emergent_scale_record(model.num_layers, model.hidden_size, float(par.yaida_s)) if width == "yaida" else None
+    return {
+        "preset": par.preset,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "lr": cfg.optimizer.lr,
+        "block_multiplier": par.block_multiplier,
+        "seed": cfg.run.seed,
+        "base_num_layers": par.resolved_base_num_layers(model.num_layers),
+        "optimizer": cfg.optimizer.name,
+        "width": width,
+        "emergent_scale": scale,
+    }
+
+
+def model_shape(cfg: RunConfig) -> ModelShape:
+    """The dimensions the parametrization rules read from a run config."""
+    m = cfg.model
+    return ModelShape(m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_channels)
+
+
+def resolve(cfg: RunConfig) -> ResolvedParametrization:
+    """The resolved parametrization of a run config (the engine refuses what it has no rule for)."""
+    return resolve_parametrization(
+        cfg.parametrization,
+        model_shape(cfg),
+        optimizer=cfg.optimizer.name,
+        init_method_std=cfg.model.init_method_std,
+        adam_eps=cfg.optimizer.adam_eps,
+    )

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from patches.rules import OPTIMIZER_FAMILIES, refusal
-
 if TYPE_CHECKING:
     from runconfig.schema import RunConfig
 
@@ -25,6 +23,8 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
     ``device`` is the resolved device (cpu | cuda); None uses ``parallel.device`` when it
     names one and skips the device checks when it is ``auto`` (not known until run time).
     """
+    from runconfig.schema import resolve
+
     m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
     if sch.warmup_steps >= tr.steps and sch.decay_style != "constant":
         raise ValueError(f"scheduler.warmup_steps: {sch.warmup_steps} must be < training.steps={tr.steps}")
@@ -39,9 +39,7 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
         )
     if cfg.data.mock and m.vocab_size is None:
         raise ValueError("model.vocab_size: required when data.mock is true")
-    refused = refusal(cfg.parametrization.resolved_width, OPTIMIZER_FAMILIES[cfg.optimizer.name])
-    if refused:
-        raise ValueError(refused)
+    resolve(cfg)  # the parametrization engine's own refusals (e.g. width yaida has no Adam rule)
 
     device = device or (par.device if par.device in DEVICES else None)
     if device == "cpu":

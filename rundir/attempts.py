@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Optional
 
 from jobscripts.atomic import atomic_write_text
+from rundir.contract import Status
 
 # An attempt left open by a process that is gone, or closed by its owner's own shutdown:
 # not the work's fault, so no policy counts it as a failure.
-INTERRUPTED = "interrupted"
+INTERRUPTED = Status.INTERRUPTED.value
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Names and codes fixed by docs/contracts.md, shared by train_gpt.py, launch and eval.
+"""Names and codes fixed by docs/contracts.md, shared by train_gpt.py, launch, data_prep and eval.
 
 Change one here and every side of the contract changes with it.
 """
@@ -6,7 +6,10 @@ Change one here and every side of the contract changes with it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum, IntEnum
 from typing import Any
+
+from patches.parametrization import base_depth
 
 # Run directory.
 CONFIG_FILE = "config.yaml"
@@ -20,16 +23,56 @@ HF_EXPORT_DIR = "hf"  # python -m eval lm-eval exports a run here (training.expo
 LM_EVAL_FILE = "lm_eval.json"  # python -m eval lm-eval's scores; eval transfer reads them
 LM_EVAL_SAMPLES_FILE = "lm_eval_samples.jsonl"  # --log-samples: one row per request
 
-# train_gpt.py exit codes.
-EXIT_COMPLETED = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
-EXIT_DIVERGED = 3
-EXIT_LOCKED = 4
-EXIT_PREEMPTED = 75
 
-# summary.json statuses; a rerun leaves the final ones alone.
-FINAL_STATUSES: dict[str, int] = {"completed": EXIT_COMPLETED, "diverged": EXIT_DIVERGED}
+class ExitCode(IntEnum):
+    """The exit code of every entry point (``train_gpt.py``, ``python -m launch``, ``data_prep``,
+    ``eval``, ``training.show``, ``training.export_hf``): one meaning per code, docs/contracts.md."""
+
+    OK = 0  # done: the run completed, or the command did what it was asked
+    FAILED = 1  # a crash, or some run / unit of work failed (see the message or `launch status`)
+    USAGE = 2  # bad input (config key, flag, file, record): the message names it; nothing was done
+    DIVERGED = 3  # train_gpt.py: the run diverged (final, like OK)
+    BUSY = 4  # the run directory is locked by a live process (running elsewhere)
+    RESUMABLE = 75  # preempted or interrupted (EX_TEMPFAIL): what finished is kept; rerun to resume
+
+
+class Status(str, Enum):
+    """Where a run (or one attempt at it) stands: one vocabulary for ``summary.json``, the attempt
+    log, ``launch status`` and ``results.csv``. Each file uses the subset its docs name."""
+
+    COMPLETED = "completed"  # final (summary.json, attempts, states, results.csv)
+    DIVERGED = "diverged"  # final
+    FAILED = "failed"  # crashed (summary.json, attempts); its retries are used up or it failed last (states)
+    PREEMPTED = "preempted"  # stopped by a signal after a checkpoint; resumes (summary.json, attempts)
+    INVALID = "invalid"  # the trainer refused its config (attempts: exit 2)
+    BUSY = "busy"  # the run directory was locked by another process (attempts: exit 4)
+    INTERRUPTED = "interrupted"  # stopped by the launcher's own shutdown, or its launcher died (attempts)
+    RUNNING = "running"  # locked by a live trainer, or an attempt is open (states)
+    PENDING = "pending"  # not started, or resumable (states, results.csv)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINAL_STATUSES: frozenset[Status] = frozenset({Status.COMPLETED, Status.DIVERGED})  # a rerun leaves these alone
+
+# How a trainer's exit code reads as a status (an attempt's outcome); anything else: FAILED.
+STATUS_OF_EXIT: dict[int, Status] = {
+    ExitCode.OK: Status.COMPLETED,
+    ExitCode.FAILED: Status.FAILED,
+    ExitCode.USAGE: Status.INVALID,
+    ExitCode.DIVERGED: Status.DIVERGED,
+    ExitCode.BUSY: Status.BUSY,
+    ExitCode.RESUMABLE: Status.PREEMPTED,
+}
+# The exit code a trainer returns with each status it writes to summary.json.
+EXIT_OF_STATUS: dict[Status, ExitCode] = {
+    Status.COMPLETED: ExitCode.OK,
+    Status.FAILED: ExitCode.FAILED,
+    Status.DIVERGED: ExitCode.DIVERGED,
+    Status.PREEMPTED: ExitCode.RESUMABLE,
+}
+SUMMARY_STATUSES: tuple[Status, ...] = tuple(EXIT_OF_STATUS)
 
 # Sweep directory: results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), TAIL_COLUMNS.
 RESULTS_FILE = "results.csv"
@@ -43,12 +86,14 @@ CANONICAL_KEYS: tuple[str, ...] = (
     "model.hidden_size",
 )
 TAIL_COLUMNS: tuple[str, ...] = ("status", "step", "fraction", "val_loss")
-RESULT_STATUSES: tuple[str, ...] = ("completed", "diverged", "failed", "pending")
+RESULT_STATUSES: tuple[Status, ...] = (Status.COMPLETED, Status.DIVERGED, Status.FAILED, Status.PENDING)
+# What else results.csv needs from each run's resolved config: its eval points.
+EVAL_AT_KEY = "eval.at"
+STEPS_KEY = "training.steps"
 
 
 def canonical_values(flat_config: Mapping[str, Any]) -> dict[str, Any]:
     """The canonical columns of a flattened resolved config; L0 defaults to L (ratio 1)."""
     out = {key: flat_config.get(key) for key in CANONICAL_KEYS}
-    if out["parametrization.base_num_layers"] is None:
-        out["parametrization.base_num_layers"] = out["model.num_layers"]
+    out["parametrization.base_num_layers"] = base_depth(out["parametrization.base_num_layers"], out["model.num_layers"])
     return out

@@ -20,7 +20,6 @@ from rundir.contract import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
-    EXIT_PREEMPTED,
     FINAL_STATUSES,
     HF_EXPORT_DIR,
     LM_EVAL_FILE,
@@ -29,6 +28,8 @@ from rundir.contract import (
     METRICS_FILE,
     PARAMETRIZATION_FILE,
     SUMMARY_FILE,
+    ExitCode,
+    Status,
 )
 
 __all__ = [
@@ -54,7 +55,6 @@ __all__ = [
     "read_diagnostics",
     "read_metrics",
     "read_summary",
-    "run_identity",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
@@ -111,12 +111,13 @@ class EvalRecord:
 class RunSummary:
     """``summary.json``: how a run ended (or stopped) and what it reached.
 
-    ``status``: completed | diverged (final: a rerun leaves them alone) | failed (a crash, or
-    a preemption with ``exit_code`` 75: resumable). The run's identity (preset, depth, ...)
-    is repeated so a summary can be read without its config.
+    ``status``: completed | diverged (final: a rerun leaves them alone) | failed (a crash) |
+    preempted (a checkpoint was saved; a rerun resumes). Summaries written before ``preempted``
+    existed say ``failed`` with ``exit_code`` 75 and are read as ``preempted``. The run's
+    identity (preset, depth, ...) is repeated so a summary can be read without its config.
     """
 
-    status: str
+    status: Status
     reason: Optional[str] = None
     exit_code: Optional[int] = None
     steps: int = 0
@@ -144,10 +145,11 @@ class RunSummary:
 
     @property
     def preempted(self) -> bool:
-        return self.exit_code == EXIT_PREEMPTED
+        return self.status == Status.PREEMPTED
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("evals", "extra")}
+        data["status"] = Status(self.status).value
         data["evals"] = [asdict(e) for e in self.evals]
         data.update(self.extra)
         return json_safe(data)
@@ -158,6 +160,12 @@ class RunSummary:
             raise RunDirError(f"{where}: expected an object with a 'status' string")
         known = {f.name for f in fields(cls)} - {"extra"}
         values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+        try:
+            values["status"] = Status(data["status"])
+        except ValueError:
+            raise RunDirError(f"{where}: status {data['status']!r} is none of {[s.value for s in Status]}") from None
+        if values["status"] == Status.FAILED and data.get("exit_code") == ExitCode.RESUMABLE:
+            values["status"] = Status.PREEMPTED  # written before the status existed
         for key in ("final_val_loss", "final_train_loss", "wall_time_s", "lr", "block_multiplier"):
             values[key] = number(data.get(key), f"{where}: {key}")
         evals = data.get("evals") or []
@@ -173,28 +181,6 @@ class RunSummary:
             if isinstance(e, dict) and "step" in e
         )
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
-
-
-def run_identity(cfg: Any) -> dict[str, Any]:
-    """The ``summary.json`` fields that say which run this is, from its ``RunConfig`` (the
-    trainer and the tests' stand-in trainer both use this)."""
-    from patches.rules import emergent_scale_record
-
-    par, model = cfg.parametrization, cfg.model
-    width = par.resolved_width
-    scale = emergent_scale_record(model.num_layers, model.hidden_size, float(par.yaida_s)) if width == "yaida" else None
-    return {
-        "preset": par.preset,
-        "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size,
-        "lr": cfg.optimizer.lr,
-        "block_multiplier": par.block_multiplier,
-        "seed": cfg.run.seed,
-        "base_num_layers": par.base_num_layers or model.num_layers,
-        "optimizer": cfg.optimizer.name,
-        "width": width,
-        "emergent_scale": scale,
-    }
 
 
 def read_summary(run_dir: Path) -> Optional[RunSummary]:

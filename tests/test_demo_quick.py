@@ -56,10 +56,10 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     runs = _run_files(sweep)
     statuses = [json.loads((sweep / "runs" / rid / "summary.json").read_text())["status"] for rid in runs]
     # exactly the planner's points: the finished study asks for nothing more, and every planned run exists
-    from launch.demo import AdaptiveSweep
-    from launch.planner import Planner
-    from launch.study import load_study
     from launch.sweep_dir import read_plan
+    from study.planner import Planner
+    from study.spec import load_study
+    from study.sweep import AdaptiveSweep
 
     plan = read_plan(sweep)
     point_of = AdaptiveSweep(sweep, out / "demo_sweep.yaml", load_study("quick"), 1).point_of
@@ -104,8 +104,8 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
 
 def test_summary_row_without_a_deepest_loss_keeps_its_cells():
     """A preset with no loss at the deepest depth still prints its other depths."""
-    from launch.demo import render_markdown
-    from launch.study import load_study
+    from study.spec import load_study
+    from study.summary import render_markdown
 
     h = {
         "presets": {
@@ -122,7 +122,7 @@ def test_summary_row_without_a_deepest_loss_keeps_its_cells():
 
 def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     from launch.errors import LaunchError
-    from launch.study import load_study, study_path
+    from study.spec import load_study, study_path
 
     default = load_study("default")
     assert default.name == "demo" and default.depths == (2, 4, 8, 16, 32) and default.presets == ("sp", "depth_mup")
@@ -155,9 +155,9 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
 
 
 def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
-    from launch.demo import variant_values
     from launch.errors import LaunchError
-    from launch.study import load_study
+    from study.spec import load_study
+    from study.sweep import variant_values
 
     base = REPO / "configs" / "tiny_cpu.yaml"
     got = variant_values(base, load_study("fig10"))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from launch.demo import AdaptiveSweep
-from launch.study import load_study
+from study.spec import load_study
+from study.sweep import AdaptiveSweep
 from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, dumping, stub_bin
 
 

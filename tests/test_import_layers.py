@@ -1,33 +1,59 @@
-"""Layers import downward only: patches <- runconfig <- (data_prep) <- training <- launch / eval.
+"""Layers import downward only, as drawn in docs/architecture.md.
 
 Read from the source (``ast``), so lazy imports inside functions count too. ``patches`` is
-offered as a drop-in for a user's own Megatron-LM script: it must import nothing else of
-the toolkit. ``launch`` may call ``eval`` (the demo runs the analysis); ``eval`` never
-imports ``launch``.
+offered as a drop-in for a user's own Megatron-LM script: it imports nothing else of the
+toolkit. ``jobscripts`` is the ground floor that data_prep's worker processes import: the
+standard library only. ``rundir`` is read on login nodes: no torch, megatron or omegaconf.
+Two files are command lines above every layer (``ENTRY_POINTS``), and the deprecated aliases
+of moved modules (``DEPRECATED_ALIASES``) point wherever their module went.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import env
+
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("patches", "runconfig", "data_prep", "training", "launch", "eval")
+# Bottom to top; each may import only the layers its row names (docs/architecture.md).
 ALLOWED: dict[str, set[str]] = {
+    "jobscripts": set(),
     "patches": set(),
-    "runconfig": {"patches"},
-    "data_prep": {"runconfig"},
-    "training": {"patches", "runconfig", "data_prep"},
-    "eval": {"patches", "runconfig", "data_prep", "training"},
-    "launch": {"patches", "runconfig", "data_prep", "training", "eval"},
+    "rundir": {"jobscripts", "patches"},
+    "runconfig": {"jobscripts", "patches", "rundir"},
+    "data_prep": {"jobscripts", "rundir", "runconfig"},
+    "training": {"jobscripts", "patches", "rundir", "runconfig", "data_prep"},
+    "eval": {"jobscripts", "patches", "rundir", "runconfig", "data_prep", "training"},
+    "launch": {"jobscripts", "patches", "rundir", "runconfig", "data_prep", "training"},
+    "study": {"jobscripts", "patches", "rundir", "runconfig", "data_prep", "training", "eval", "launch"},
 }
+PACKAGES = tuple(ALLOWED)
 TOP_LEVEL_OF = {"train_gpt": "training"}  # the entry point script sits in the training layer
+# Command lines on top of every layer: `python -m launch demo` starts a study.
+ENTRY_POINTS: dict[str, set[str]] = {"launch/__main__.py": {"study"}}
+DEPRECATED_ALIASES = {
+    "runconfig/atomic.py",
+    "runconfig/attempts.py",
+    "runconfig/contract.py",
+    "runconfig/run_dir.py",
+    "runconfig/sbatch.py",
+    "runconfig/scripts.py",
+    "runconfig/shell.py",
+    "launch/contract.py",
+    "launch/demo.py",
+    "launch/demo_corpus.py",
+    "launch/planner.py",
+    "launch/study.py",
+}
 
 
-def imported_layers(path: Path) -> dict[str, int]:
-    """Toolkit layer -> first line that imports it, for one source file."""
+def imported_modules(path: Path) -> dict[str, int]:
+    """Absolute module name -> first line that imports it, for one source file."""
     found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names: list[str] = []
@@ -36,24 +62,100 @@ def imported_layers(path: Path) -> dict[str, int]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
         for name in names:
-            top = name.split(".")[0]
-            layer = TOP_LEVEL_OF.get(top, top)
-            if layer in PACKAGES:
-                found.setdefault(layer, node.lineno)
+            found.setdefault(name, node.lineno)
     return found
+
+
+def imported_layers(path: Path) -> dict[str, int]:
+    """Toolkit layer -> first line that imports it, for one source file."""
+    found: dict[str, int] = {}
+    for name, line in imported_modules(path).items():
+        top = name.split(".")[0]
+        layer = TOP_LEVEL_OF.get(top, top)
+        if layer in PACKAGES:
+            found.setdefault(layer, line)
+    return found
+
+
+def _sources(package: str) -> list[Path]:
+    return [p for p in sorted((REPO / package).rglob("*.py")) if str(p.relative_to(REPO)) not in DEPRECATED_ALIASES]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_layer_imports_a_layer_above_it(package):
     bad = []
-    for path in sorted((REPO / package).rglob("*.py")):
+    for path in _sources(package):
+        rel = str(path.relative_to(REPO))
+        allowed = ALLOWED[package] | ENTRY_POINTS.get(rel, set())
         for layer, line in imported_layers(path).items():
-            if layer != package and layer not in ALLOWED[package]:
-                bad.append(f"{path.relative_to(REPO)}:{line} imports {layer}")
+            if layer != package and layer not in allowed:
+                bad.append(f"{rel}:{line} imports {layer}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_ground_floor_imports_the_standard_library_only():
+    bad = []
+    for path in _sources("jobscripts"):
+        for name, line in imported_modules(path).items():
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in ("__future__", "jobscripts"):
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_rundir_takes_only_the_parametrization_module_of_patches():
+    bad = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in _sources("rundir")
+        for name, line in imported_modules(path).items()
+        if name.startswith("patches") and name != "patches.parametrization"
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_light_packages_load_no_heavy_library():
+    """What a login node or a data_prep worker imports stays free of torch, megatron and omegaconf."""
+    code = (
+        "import sys, jobscripts.atomic, jobscripts.scripts, jobscripts.sbatch, rundir.files, rundir.attempts, "
+        "rundir.lock, rundir.contract\n"
+        "print(sorted(m for m in ('torch', 'megatron', 'omegaconf', 'numpy', 'yaml') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env(), cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_checker_sees_lazy_imports(tmp_path):
     source = tmp_path / "mod.py"
     source.write_text("import os\n\ndef f():\n    from training.model import build_model\n    import eval.plots\n")
     assert imported_layers(source) == {"training": 4, "eval": 5}
+
+
+def test_every_package_is_mapped():
+    """A new top-level package must get a row in ALLOWED (and docs/architecture.md)."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    listed = pyproject.split("include = [", 1)[1].split("]", 1)[0]
+    names = {part.strip().strip('"').rstrip("*") for part in listed.split(",") if part.strip()}
+    assert names == set(PACKAGES)
+
+
+@pytest.mark.parametrize("old,new", [
+    ("runconfig.atomic", "jobscripts.atomic"),
+    ("runconfig.run_dir", "rundir.files"),
+    ("runconfig.contract", "rundir.contract"),
+    ("launch.planner", "study.planner"),
+    ("launch.study", "study.spec"),
+])  # fmt: skip
+def test_moved_modules_warn_and_alias_their_new_home(old, new):
+    code = (
+        "import importlib, warnings\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({new!r})\n"
+        "print(old is new, [str(x.message) for x in w if x.category is DeprecationWarning])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env(), cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True ["), out.stdout
+    assert f"{old} moved to {new}" in out.stdout

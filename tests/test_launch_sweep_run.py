@@ -20,11 +20,11 @@ import pytest
 
 from launch import attempts
 from launch.__main__ import main
-from launch.contract import CANONICAL_KEYS, TAIL_COLUMNS
 from launch.errors import LaunchError
 from launch.resources import cpu_count, make_slots
 from launch.sweep_dir import read_plan, write_plan
 from launch.sweep_spec import expand, load_spec
+from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
 from tests.launch_fixtures.helpers import (
     FAKE_TRAIN_CMD,
     REPO,
@@ -270,7 +270,7 @@ def test_run_locked_elsewhere_is_not_started_nor_counted(tmp_path, monkeypatch, 
         assert "running    1" in capsys.readouterr().out
         assert starts(held) == [] and attempts.read(held).attempts == []
         # Same, when the lock is not visible to launch (another host): the trainer itself exits 4.
-        monkeypatch.setattr("launch.executor_local.lock_held", lambda _path: False)
+        monkeypatch.setattr("launch.executor_local.run_locked", lambda _path: False)
         assert main(["run", str(sweep_dir), "--no-progress"]) == 4
         log = attempts.read(held)
         assert [(a.exit_code, a.outcome) for a in log.attempts] == [(4, "busy")] and log.failures == 0

@@ -15,8 +15,8 @@ import pytest
 
 from eval.results import read_results
 from eval.transfer import analyze
-from launch.planner import PENDING, Planner, Point
-from launch.study import load_study
+from study.planner import PENDING, Planner, Point
+from study.spec import load_study
 from tests.test_eval_transfer import write_sweep
 
 K = 0.1  # nats per octave^2 around the optimum

@@ -129,7 +129,7 @@ def test_sigterm_preempts_with_checkpoint_and_resumes(reference, tmp_path):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 75, err[-3000:]
     s = summary(run)
-    assert s["status"] == "failed" and s["reason"].startswith("preempted") and s["exit_code"] == 75
+    assert s["status"] == "preempted" and s["reason"].startswith("preempted") and s["exit_code"] == 75
     stopped = s["steps"]
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{stopped:08d}"
     train(run, "checkpoint.interval=100")

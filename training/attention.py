@@ -26,12 +26,15 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from runconfig.schema import ATTENTION_BACKENDS
+
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
+assert set(BACKENDS) | {"auto"} == set(ATTENTION_BACKENDS)  # the schema's choices, each with a kernel
 
 
 class SDPAttention(MegatronModule):

@@ -1,4 +1,4 @@
-"""The two execution paths behind one contract.
+"""The two execution paths behind one contract, :class:`Backend`.
 
 ``train_step(micro_batches) -> StepResult`` (loss = token mean over the global batch, the
 grad norm, whether the update was applied), ``evaluate(micro_batches) -> float``,
@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -40,6 +40,33 @@ class StepResult:
     loss: float
     grad_norm: float
     applied: bool
+
+
+MicroBatch = dict[str, torch.Tensor]  # tokens, labels, loss_mask, position_ids
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the step loop, checkpoints and diagnostics need of an execution path."""
+
+    model: torch.nn.Module  # the module the optimizer steps (wrapped as the backend needs)
+    optimizer: Any  # megatron's optimizer (GPU) or training.optim.CpuOptimizer (CPU)
+    layout: dict[str, int]  # {"tp", "pp", "dp"} sizes, recorded in checkpoints
+
+    @property
+    def param_groups(self) -> list[dict]: ...
+
+    def train_step(self, micro_batches: list[MicroBatch]) -> StepResult:
+        """One optimizer step over the global batch (the micro-batches of this rank)."""
+        ...
+
+    def evaluate(self, micro_batches: list[MicroBatch]) -> float:
+        """Token-mean held-out loss over the whole world."""
+        ...
+
+    def save_state(self, directory: Path) -> None: ...
+
+    def load_state(self, directory: Path, common: dict[str, Any]) -> None: ...
 
 
 def _world_mean(loss_sum: torch.Tensor, tokens: torch.Tensor) -> float:

@@ -31,6 +31,7 @@ from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
 from runconfig import load_config
 from runconfig.schema import RunConfig
+from rundir.contract import ExitCode
 from rundir.files import CONFIG_FILE, RunDirError
 from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
@@ -189,7 +190,7 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     return record
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
@@ -200,7 +201,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         record = export(args.run_dir, args.out, args.step, args.parity_sequences)
     except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     p = record["parity"]
     print(
         f"{args.out}: {record['architecture']} from {record['checkpoint']}; logits max rel diff "
@@ -212,8 +213,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents encode identically")
     if not record["passed"]:
         print(f"error: parity not met; see {Path(args.out) / EXPORT_FILE}", file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

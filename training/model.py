@@ -21,8 +21,8 @@ from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 import patches
-from patches.rules import ModelShape, ResolvedParametrization
-from runconfig.schema import RunConfig
+from patches.rules import ResolvedParametrization
+from runconfig.schema import RunConfig, resolve
 from training.attention import SDPAttention
 
 ACTIVATIONS = {
@@ -39,22 +39,6 @@ class Placement:
     device: str = "cpu"  # cpu | cuda
     bf16: bool = False
     initialize: bool = True  # False: skip weight init (meta-device tables, loading a checkpoint)
-
-
-def model_shape(cfg: RunConfig) -> ModelShape:
-    m = cfg.model
-    return ModelShape(m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_channels)
-
-
-def resolve(cfg: RunConfig) -> ResolvedParametrization:
-    """The resolved parametrization of a run config."""
-    return patches.resolve(
-        cfg.parametrization,
-        model_shape(cfg),
-        optimizer=cfg.optimizer.name,
-        init_method_std=cfg.model.init_method_std,
-        adam_eps=cfg.optimizer.adam_eps,
-    )
 
 
 def transformer_config(cfg: RunConfig, placement: Placement = Placement()) -> TransformerConfig:

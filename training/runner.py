@@ -3,14 +3,13 @@
 :class:`Trainer` takes the run lock, builds the :class:`~training.session.Session` (set-up and
 resume, all before the first step), hands each step to the loop's named parts
 (:mod:`training.loop_parts`) and writes the summary: by one code path, on rank 0, however
-the run ends. Exit codes: 0 completed, 1 failed, 2 invalid config, 3 diverged, 4 run
-directory locked, 75 preempted.
+the run ends. Every way a run ends is an :class:`Ending` (a status of the run contract); its
+exit code follows from the contract's table (``rundir.contract.EXIT_OF_STATUS``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import logging
 import math
 import os
@@ -18,60 +17,29 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from runconfig.schema import RunConfig
-from rundir.contract import (
-    EXIT_COMPLETED,
-    EXIT_CONFIG,
-    EXIT_DIVERGED,
-    EXIT_FAILED,
-    EXIT_LOCKED,
-    EXIT_PREEMPTED,
-    LOCK_FILE,
-)
-from rundir.contract import FINAL_STATUSES as FINISHED
+from runconfig.schema import RunConfig, run_identity
+from rundir.contract import EXIT_OF_STATUS, ExitCode, Status
 from rundir.files import (
     CHECKPOINTS_DIR,
     EvalRecord,
     RunSummary,
     read_metrics,
     read_summary,
-    run_identity,
     write_summary,
 )
+from rundir.lock import RunLock
+from training.backends import StepResult
 from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
 from training.session import Session, SetupError, build_session
 
 log = logging.getLogger("train_gpt")
-
-
-class RunLock:
-    """An exclusive ``flock`` on RUN_DIR/.lock held for the whole run (one writer per run)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / LOCK_FILE
-        self.fh = open(self.path, "a+")  # noqa: SIM115 - held until release()
-
-    def acquire(self) -> bool:
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.fh.write(f"{os.getpid()}\n")
-        self.fh.flush()
-        return True
-
-    def release(self) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
 
 
 class PreemptionFlag:
@@ -94,6 +62,19 @@ class PreemptionFlag:
         return bool(flag.item() > 0)
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a session ended: what ``summary.json`` records. ``step``: None when unknown (a crash)."""
+
+    status: Status
+    reason: Optional[str] = None
+    step: Optional[int] = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return EXIT_OF_STATUS[self.status]
+
+
 class Trainer:
     """Runs ``cfg`` to completion, divergence, preemption or failure; ``run()`` returns the exit code."""
 
@@ -108,30 +89,31 @@ class Trainer:
         self.session_start: Optional[float] = None  # when this process's first step began
 
     # ------------------------------------------------------------------ entry
-    def run(self) -> int:
+    def run(self) -> ExitCode:
         previous = read_summary(self.run_dir)
         if previous and previous.final and not self.force:
             if self.is_main:
                 print(f"{self.run_dir}: already {previous.status}; nothing to do (use --force to retrain)")
-            return FINISHED[previous.status]
+            return EXIT_OF_STATUS[previous.status]
         lock = RunLock(self.run_dir) if self.is_main else None
         if lock is not None and not lock.acquire():
             print(f"error: {self.run_dir} is in use by another process (lock {lock.path})", file=sys.stderr)
-            return EXIT_LOCKED
+            return ExitCode.BUSY
         self.started = time.time()
         flag = PreemptionFlag()
         try:
             try:
                 self.session = build_session(self.cfg, force=self.force, is_main=self.is_main)
+                ending = self._loop(self.session, flag)
             except SetupError as exc:
                 print(f"error: {exc}", file=sys.stderr)
-                return EXIT_CONFIG
-            return self._loop(self.session, flag)
-        except Exception as exc:  # a crash still leaves a summary behind
-            if self.is_main:
-                log.error("run failed:\n%s", traceback.format_exc())
-            self._finish("failed", f"{type(exc).__name__}: {exc}", EXIT_FAILED)
-            return EXIT_FAILED
+                return ExitCode.USAGE
+            except Exception as exc:  # a crash still leaves a summary behind
+                if self.is_main:
+                    log.error("run failed:\n%s", traceback.format_exc())
+                ending = Ending(Status.FAILED, f"{type(exc).__name__}: {exc}")
+            self._finish(ending)
+            return ending.exit_code
         finally:
             if self.session is not None and self.session.runlog is not None:
                 self.session.runlog.close()
@@ -142,29 +124,28 @@ class Trainer:
                 lock.release()
 
     # ------------------------------------------------------------------ loop
-    def _loop(self, s: Session, flag: PreemptionFlag) -> int:
+    def _loop(self, s: Session, flag: PreemptionFlag) -> Ending:
+        """Step until the run ends; each check that can end it returns its :class:`Ending`."""
         from tqdm import tqdm
 
-        from training.data import micro_batches
         from training.flops import peak_flops, train_flops_per_step
         from training.optim import group_lrs
 
         cfg = s.cfg
         steps = cfg.training.steps
-        tokens_per_step = cfg.training.global_batch_size * cfg.model.seq_length
         evals = EvalSchedule.of(cfg)
-        guard = DivergenceGuard.of(cfg, s.vocab_size)
+        guard = DivergenceGuard.of(cfg, s.data.vocab_size)
         on_gpu = s.device == "cuda"
         meter = ThroughputMeter(
-            tokens_per_step,
-            s.info.world_size,
-            train_flops_per_step(cfg, s.padded_vocab) if on_gpu else None,
+            cfg.training.global_batch_size * cfg.model.seq_length,
+            s.dist.world_size,
+            train_flops_per_step(cfg, s.data.padded_vocab) if on_gpu else None,
             peak_flops(torch.cuda.get_device_name()) if on_gpu else None,
         )
         checkpointer = Checkpointer(self._save, cfg.checkpoint.interval, steps)
         bar = tqdm(
             total=steps,
-            initial=s.start_step,
+            initial=s.resume.step,
             disable=not (self.is_main and cfg.logging.progress_bar),
             desc=s.run_dir.name,
             unit="step",
@@ -172,80 +153,89 @@ class Trainer:
         )
         self.session_start = time.time()
         try:
-            for step in range(s.start_step, steps):
-                batches = micro_batches(s.data.train, s.plan, step)
-                lrs = group_lrs(s.backend.param_groups, s.resolved)
-                if s.diagnostics is not None:
-                    s.diagnostics.before_step(step + 1)
-                t0 = time.perf_counter()
-                result = s.backend.train_step(batches)
-                s.scheduler.step(1)
-                dt = time.perf_counter() - t0
+            for step in range(s.resume.step, steps):
                 done = step + 1
-                if s.diagnostics is not None:
-                    rows = s.diagnostics.after_step(done)
-                    if rows and s.runlog is not None:
-                        s.runlog.write_diagnostics(rows)
-                meter.add(dt)
+                lrs = group_lrs(s.backend.param_groups, s.resolved)  # the LRs this step uses
+                result, seconds = self._train_step(s, step)
+                meter.add(seconds)
                 reason = guard.check(result.loss, result.grad_norm, done)
-
-                if s.runlog is not None and (done % cfg.logging.interval == 0 or done == steps or reason):
-                    s.runlog.write(
-                        {
-                            "kind": "train",
-                            "step": done,
-                            "tokens": done * tokens_per_step,
-                            "loss": result.loss,
-                            "grad_norm": result.grad_norm,
-                            "lr": lrs,
-                            **meter.row(),
-                            "skipped": not result.applied,
-                        }
-                    )
+                self._log_train(s, done, result, lrs, meter, force=bool(reason))
                 if reason:
                     log.warning("diverged: %s", reason)
-                    bar.close()
-                    self._finish("diverged", reason, EXIT_DIVERGED, done)
-                    return EXIT_DIVERGED
-
-                frac = evals.due(done)
-                if frac is not None:
-                    val = s.backend.evaluate(s.eval_batches)
-                    s.evals.append({"step": done, "fraction": frac, "val_loss": val})
-                    if s.runlog is not None:
-                        s.runlog.write(
-                            {
-                                "kind": "eval",
-                                "step": done,
-                                "fraction": frac,
-                                "tokens": done * tokens_per_step,
-                                "val_loss": val,
-                            }
-                        )
-                        log.info("step %d (%.3g of training): val_loss %.4f", done, frac, val)
-                    if not math.isfinite(val):
-                        self._finish("diverged", f"validation loss is {val} at step {done}", EXIT_DIVERGED, done)
-                        return EXIT_DIVERGED
-
+                    return Ending(Status.DIVERGED, reason, done)
+                ending = self._maybe_evaluate(s, evals, done)
+                if ending is not None:
+                    return ending
                 bar.update(1)
-                bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{tokens_per_step / dt:,.0f}")
+                bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{meter.tokens_per_step / seconds:,.0f}")
                 checkpointer.maybe_save(done)
                 if flag.raised_anywhere():
                     self._save(done)
                     why = f"preempted ({flag.signal or 'signal on another rank'}) at step {done}"
-                    log.warning("%s: checkpoint saved, exiting %d", why, EXIT_PREEMPTED)
-                    self._finish("failed", why, EXIT_PREEMPTED, done)
-                    return EXIT_PREEMPTED
+                    log.warning("%s: checkpoint saved, exiting %d", why, ExitCode.RESUMABLE)
+                    return Ending(Status.PREEMPTED, why, done)
         finally:
             bar.close()
         if cfg.checkpoint.final:
             self._save(steps)
-        self._finish("completed", None, EXIT_COMPLETED, steps)
-        return EXIT_COMPLETED
+        return Ending(Status.COMPLETED, None, steps)
+
+    def _train_step(self, s: Session, step: int) -> tuple[StepResult, float]:
+        """One optimizer step (0-based ``step``) and its wall seconds; diagnostics around it."""
+        from training.data import micro_batches
+
+        batches = micro_batches(s.data.datasets.train, s.data.plan, step)
+        if s.diagnostics is not None:
+            s.diagnostics.before_step(step + 1)
+        t0 = time.perf_counter()
+        result = s.backend.train_step(batches)
+        s.scheduler.step(1)
+        seconds = time.perf_counter() - t0
+        if s.diagnostics is not None:
+            rows = s.diagnostics.after_step(step + 1)
+            if rows and s.runlog is not None:
+                s.runlog.write_diagnostics(rows)
+        return result, seconds
+
+    def _log_train(
+        self, s: Session, done: int, result: StepResult, lrs: dict, meter: ThroughputMeter, force: bool
+    ) -> None:
+        """A ``train`` row of metrics.jsonl every ``logging.interval`` steps, at the last step and
+        when the run is about to end (``force``)."""
+        cfg = s.cfg
+        if s.runlog is None or not (done % cfg.logging.interval == 0 or done == cfg.training.steps or force):
+            return
+        s.runlog.write(
+            {
+                "kind": "train",
+                "step": done,
+                "tokens": done * meter.tokens_per_step,
+                "loss": result.loss,
+                "grad_norm": result.grad_norm,
+                "lr": lrs,
+                **meter.row(),
+                "skipped": not result.applied,
+            }
+        )
+
+    def _maybe_evaluate(self, s: Session, evals: EvalSchedule, done: int) -> Optional[Ending]:
+        """The held-out loss where the schedule asks for one; a non-finite one ends the run."""
+        frac = evals.due(done)
+        if frac is None:
+            return None
+        val = s.backend.evaluate(s.data.eval_batches)
+        s.evals.append({"step": done, "fraction": frac, "val_loss": val})
+        if s.runlog is not None:
+            tokens = done * s.cfg.training.global_batch_size * s.cfg.model.seq_length
+            s.runlog.write({"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val})
+            log.info("step %d (%.3g of training): val_loss %.4f", done, frac, val)
+        if not math.isfinite(val):
+            return Ending(Status.DIVERGED, f"validation loss is {val} at step {done}", done)
+        return None
 
     # ------------------------------------------------------------------ outputs
     def _wall_time(self) -> float:
-        offset = self.session.wall_offset if self.session is not None else 0.0
+        offset = self.session.resume.wall_offset if self.session is not None else 0.0
         return offset + (time.time() - (self.session_start or self.started))
 
     def _save(self, step: int) -> None:
@@ -276,11 +266,11 @@ class Trainer:
             common,
             s.backend,
             s.scheduler,
-            s.info.rank,
+            s.dist.rank,
             s.cfg.checkpoint.keep,
         )
 
-    def _finish(self, status: str, reason: Optional[str], code: int, step: Optional[int] = None) -> None:
+    def _finish(self, ending: Ending) -> None:
         """Write ``summary.json``: the one place it is written, on rank 0 only."""
         if not self.is_main:
             return
@@ -289,13 +279,13 @@ class Trainer:
         final_at = EvalSchedule.of(cfg).final_step
         final = [e["val_loss"] for e in evals if e["step"] == final_at]
         train_rows = [r for r in read_metrics(self.run_dir) if r.get("kind") == "train"]
-        done = step if step is not None else (train_rows[-1]["step"] if train_rows else 0)
+        done = ending.step if ending.step is not None else (train_rows[-1]["step"] if train_rows else 0)
         write_summary(
             self.run_dir,
             RunSummary(
-                status=status,
-                reason=reason,
-                exit_code=code,
+                status=ending.status,
+                reason=ending.reason,
+                exit_code=int(ending.exit_code),
                 steps=done,
                 target_steps=cfg.training.steps,
                 tokens=done * cfg.training.global_batch_size * cfg.model.seq_length,

@@ -13,9 +13,9 @@ import logging
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -24,6 +24,17 @@ from jobscripts.atomic import atomic_write_text
 from runconfig import dump_yaml, flatten, to_dict
 from runconfig.schema import RunConfig
 from runconfig.validate import validate
+
+if TYPE_CHECKING:  # the heavy modules are imported when a session is built
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    from patches.rules import ResolvedParametrization
+    from training.backends import Backend, MicroBatch
+    from training.data import BatchPlan, Datasets
+    from training.diagnostics import Diagnostics
+    from training.distributed import DistInfo
+    from training.metrics import RunLog
+    from training.model import Placement
 from rundir.files import (
     CHECKPOINTS_DIR,
     COMMON_FILE,
@@ -47,31 +58,53 @@ class SetupError(ValueError):
     """Invalid config discovered while setting up (exit 2, nothing trained)."""
 
 
+@dataclass(frozen=True)
+class TrainingData:
+    """The run's data, as every rank addresses it: batches by step, never by iterator state."""
+
+    datasets: Datasets  # train / valid datasets and the tokenizer
+    plan: BatchPlan  # which micro-batches of a global batch this rank takes
+    eval_batches: list[MicroBatch]  # the fixed held-out micro-batches of this rank
+    vocab_size: int  # the tokenizer's
+    padded_vocab: int  # the embedding's rows (megatron pads for tensor parallelism)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where this session starts: step 0, or what the latest checkpoint recorded."""
+
+    step: int = 0
+    evals: tuple[dict, ...] = ()  # {step, fraction, val_loss} recorded before this session
+    wall_offset: float = 0.0  # wall seconds of earlier sessions of this run
+
+
 @dataclass
 class Session:
-    """A run ready to train: built by :func:`build_session`, read by the loop."""
+    """A run ready to train: built by :func:`build_session`, read by the loop (training.runner)."""
 
     cfg: RunConfig
     run_dir: Path
     is_main: bool
-    device: str
-    bf16: bool
-    info: Any  # training.distributed.DistInfo
-    data: Any  # training.data.Datasets
-    plan: Any  # training.data.DataParallelPlan
-    eval_batches: list
-    vocab_size: int
-    padded_vocab: int
-    resolved: Any  # patches.rules.ResolvedParametrization
-    table: dict
-    backend: Any  # training.backends.CpuBackend | GpuBackend
-    scheduler: Any
-    config_dict: dict
-    start_step: int
-    evals: list[dict]  # {step, fraction, val_loss} so far (restored on resume)
-    wall_offset: float  # wall seconds of earlier sessions of this run
-    runlog: Optional[Any]  # training.metrics.RunLog on rank 0
-    diagnostics: Optional[Any] = None  # training.diagnostics.Diagnostics (logging.diagnostics_interval > 0)
+    placement: Placement  # device and precision
+    dist: DistInfo
+    data: TrainingData
+    resolved: ResolvedParametrization
+    table: dict  # the resolved table (parametrization.json), global names and shapes
+    backend: Backend
+    scheduler: OptimizerParamScheduler
+    config_dict: dict  # the resolved config, as written to config.yaml and checkpoints
+    resume: ResumePoint
+    runlog: Optional[RunLog] = None  # rank 0 only
+    diagnostics: Optional[Diagnostics] = None  # logging.diagnostics_interval > 0
+    evals: list[dict] = field(default_factory=list)  # every eval so far, this session's appended
+
+    def __post_init__(self) -> None:
+        if not self.evals:
+            self.evals = [dict(e) for e in self.resume.evals]
+
+    @property
+    def device(self) -> str:
+        return self.placement.device
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
@@ -155,23 +188,24 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     padded_vocab = padded_vocab_size(vocab_size, par.tensor_model_parallel_size)
 
     resolved = resolve(cfg)
-    model = build_model(cfg, padded_vocab, Placement(device=device, bf16=bf16), resolved=resolved)
+    placement = Placement(device=device, bf16=bf16)
+    model = build_model(cfg, padded_vocab, placement, resolved=resolved)
     table = gather_table(cfg, model, resolved)
     backend = make_backend(cfg, model, resolved, device, bf16)
     scheduler = build_scheduler(cfg, backend.optimizer)
 
     config_dict = to_dict(cfg)
-    start_step, evals, wall_offset = 0, [], 0.0
+    resume = ResumePoint()
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
         check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict)
         common = checkpoint.load(ckpt, backend, scheduler, info.rank)
-        start_step, evals, wall_offset = common["step"], common["evals"], common["wall_time_s"]
-        log.info("resumed from %s (step %d)", ckpt, start_step)
+        resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
+        log.info("resumed from %s (step %d)", ckpt, resume.step)
     runlog = None
     if is_main:
-        truncate_metrics(run_dir, start_step)
-        truncate_diagnostics(run_dir, start_step)
+        truncate_metrics(run_dir, resume.step)
+        truncate_diagnostics(run_dir, resume.step)
         (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
         atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
         atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
@@ -193,16 +227,27 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         cfg.training.global_batch_size,
     )
     return Session(
-        cfg, run_dir, is_main, device, bf16, info, data, plan, eval_batches, vocab_size, padded_vocab,
-        resolved, table, backend, scheduler, config_dict, start_step, evals, wall_offset, runlog,
-        make_diagnostics(cfg, backend.model, eval_batches, device),
-    )  # fmt: skip
+        cfg=cfg,
+        run_dir=run_dir,
+        is_main=is_main,
+        placement=placement,
+        dist=info,
+        data=TrainingData(data, plan, eval_batches, vocab_size, padded_vocab),
+        resolved=resolved,
+        table=table,
+        backend=backend,
+        scheduler=scheduler,
+        config_dict=config_dict,
+        resume=resume,
+        runlog=runlog,
+        diagnostics=make_diagnostics(cfg, backend.model, eval_batches, device),
+    )
 
 
 PROBE_SEQUENCES = 2  # the probe forward costs ~1/3 of a step per sequence share: keep it small
 
 
-def make_diagnostics(cfg: RunConfig, model: torch.nn.Module, eval_batches: list, device: str) -> Any:
+def make_diagnostics(cfg: RunConfig, model: torch.nn.Module, eval_batches: list, device: str) -> Optional[Diagnostics]:
     """The per-layer diagnostics part, or None when ``logging.diagnostics_interval`` is 0. The
     probe batch is the first two sequences of the first held-out micro-batch (the same for
     every run of a sweep)."""
@@ -239,7 +284,7 @@ def clear_run_dir(run_dir: Path) -> None:
             path.unlink()
 
 
-def make_backend(cfg: RunConfig, model: torch.nn.Module, resolved: Any, device: str, bf16: bool) -> Any:
+def make_backend(cfg: RunConfig, model: torch.nn.Module, resolved: Any, device: str, bf16: bool) -> Backend:
     from training.backends import CpuBackend, GpuBackend
 
     try:

@@ -15,6 +15,7 @@ import torch
 
 from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
+from rundir.contract import ExitCode
 
 
 def vocab_size_of(cfg: RunConfig) -> int:
@@ -57,7 +58,7 @@ def _single_stage(cfg: RunConfig) -> RunConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="python -m training.show", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="run config YAML")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -68,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         table = resolved_table(cfg)
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.json:
         print(json.dumps(table, indent=2))
     else:
         from patches.table import format_table
 
         print(format_table(table))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Same command line (``--config FILE [key=value ...] [--force]``, plus ``--local_r
 ``--local-rank N``), same config loading (``runconfig.load_config(RunConfig, ...)``: a bad
 key exits 2), the ``flock`` on ``RUN_DIR/.lock`` (busy: exit 4), atomic ``config.yaml``,
 ``metrics.jsonl`` (rows past the restored checkpoint dropped on resume),
-``checkpoints/step_XXXXXXXX`` + ``latest``, ``summary.json``, and the exit codes 0/1/3/75.
+``checkpoints/step_XXXXXXXX`` + ``latest``, ``summary.json``, and the exit codes 0/1/3/75 (``rundir.contract``).
 A run dir whose summary says completed/diverged is left alone unless ``--force``.
 
 Test knobs (environment):
@@ -42,8 +42,9 @@ sys.modules.setdefault("patches", _pkg)
 
 from jobscripts.atomic import atomic_write_text  # noqa: E402
 from runconfig import ConfigError, dump_yaml, load_config  # noqa: E402
-from runconfig.schema import RunConfig  # noqa: E402
+from runconfig.schema import RunConfig, run_identity  # noqa: E402
 from rundir import files as rd  # noqa: E402  (the run-directory format, as the real trainer writes it)
+from rundir.contract import EXIT_OF_STATUS, ExitCode, Status  # noqa: E402
 
 PREEMPT = {"signal": None}
 
@@ -90,7 +91,7 @@ def _append(run_dir: Path, row: dict) -> None:
         fh.write(rd.metrics_line(row))
 
 
-def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step: int, started: float) -> None:
+def _summary(run_dir: Path, cfg: RunConfig, status: Status, reason, code: int, step: int, started: float) -> None:
     rows = _metrics(run_dir, step)
     evals = [
         {"step": r["step"], "fraction": r["fraction"], "val_loss": r["val_loss"]} for r in rows if r["kind"] == "eval"
@@ -109,7 +110,7 @@ def _summary(run_dir: Path, cfg: RunConfig, status: str, reason, code: int, step
         final_val_loss=next((e["val_loss"] for e in evals if e["fraction"] == final_frac), None),
         final_train_loss=train[-1]["loss"] if train else None,
         wall_time_s=time.time() - started,
-        **rd.run_identity(cfg),
+        **run_identity(cfg),
     )
     rd.write_summary(run_dir, summary)
 
@@ -134,13 +135,13 @@ def main() -> int:
     bad = [o for o in overrides if o.startswith("-")]
     if bad:
         print(f"fake_train: unknown option {bad[0]}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         cfg = load_config(RunConfig, args.config, overrides)
         cfg.check_data_source()
     except (ConfigError, ValueError) as exc:
         print(f"fake_train: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     run_dir = Path(cfg.run.dir)
@@ -150,14 +151,14 @@ def main() -> int:
             import torch.distributed as dist
 
             dist.barrier()
-            return 0
+            return ExitCode.OK
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = open(run_dir / ".lock", "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         print(f"fake_train: {run_dir} is locked by another process", file=sys.stderr)
-        return 4
+        return ExitCode.BUSY
     code = _train(cfg, run_dir, args.force)
     if world > 1:
         import torch.distributed as dist
@@ -199,24 +200,24 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
     fail_match = os.environ.get("FAKE_FAIL_MATCH")
     fail_times = int(os.environ.get("FAKE_FAIL_TIMES", "1000000"))
 
-    def end(status: str, reason, code: int) -> int:
-        if status:
-            _summary(run_dir, cfg, status, reason, code, step, started)
-        _event(run_dir, event="end", exit_code=code, step=step)
+    def end(status: Status, reason) -> int:
+        code = EXIT_OF_STATUS[status]
+        _summary(run_dir, cfg, status, reason, code, step, started)
+        _event(run_dir, event="end", exit_code=int(code), step=step)
         return code
 
     while step < steps:
         if PREEMPT["signal"] is not None:
             _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
-            return end("failed", f"preempted by signal {PREEMPT['signal']} at step {step}", 75)
+            return end(Status.PREEMPTED, f"preempted by signal {PREEMPT['signal']} at step {step}")
         if fail_match and fail_match in str(run_dir) and attempt <= fail_times and step == 2:
-            return end("failed", f"RuntimeError: injected failure at step {step}", 1)
+            return end(Status.FAILED, f"RuntimeError: injected failure at step {step}")
         time.sleep(step_s)
         step += 1
         loss = 6.0 / (1.0 + step * cfg.optimizer.lr * 50) + 0.01 * cfg.model.num_layers
         if cfg.optimizer.lr > diverge_lr and step >= 3:
             _append(run_dir, {"kind": "train", "step": step, "loss": math.nan})
-            return end("diverged", f"loss is nan at step {step}", 3)
+            return end(Status.DIVERGED, f"loss is nan at step {step}")
         _append(run_dir, {"kind": "train", "step": step, "tokens": step * 512, "loss": loss, "grad_norm": 1.0})
         if step in eval_steps:
             row = {
@@ -228,7 +229,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
             }
             _append(run_dir, row)
         _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
-    return end("completed", None, 0)
+    return end(Status.COMPLETED, None)
 
 
 if __name__ == "__main__":

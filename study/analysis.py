@@ -1,0 +1,44 @@
+"""The study's analysis: ``eval transfer`` (and ``eval dynamics`` where runs logged
+diagnostics) on the finished sweep, with the same calls as the ``python -m eval`` commands."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from launch.errors import LaunchError
+from study.log import log as _log
+from study.spec import Study
+
+
+def analyse(sweep_dir: Path, report_dir: Path, s: Study) -> dict[str, Any]:
+    """Write the report into ``report_dir``; return ``{"headline": eval transfer's headline rows}``.
+
+    Raises :class:`LaunchError` when ``eval transfer`` rejects the results (exit 2).
+    """
+    from eval.report import headline_rows
+    from eval.results import ResultsError
+    from eval.transfer import AnalysisInputError
+    from eval.transfer_cmd import write_transfer
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stderr(log):
+            outputs = write_transfer(
+                sweep_dir, report_dir, shared_base=s.presets[0], fit_window=s.fit_window, seed_model=s.seed_model
+            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W --seed-model M`
+    except (ResultsError, AnalysisInputError) as exc:
+        raise LaunchError(f"eval transfer: {exc}") from None
+    failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""
+    _log(f"eval transfer: {len(outputs.analysis.notes)} notes in {report_dir / 'report.md'}{failed}")
+    if s.diagnostics_interval:
+        from eval.dynamics import DynamicsError
+        from eval.dynamics_cmd import write_dynamics
+
+        try:  # the same call as `python -m eval dynamics SWEEP --out REPORT`
+            dynamics = write_dynamics([sweep_dir], report_dir)
+            _log(f"eval dynamics: {report_dir / 'dynamics.md'} ({len(dynamics['runs'])} runs at each depth's best LR)")
+        except DynamicsError as exc:
+            _log(f"eval dynamics: {exc}")
+    return {"headline": headline_rows(outputs.analysis)}

@@ -1,0 +1,54 @@
+"""What a study's runs train on: the corpus through ``data_prep``, and the base run config.
+
+``prepare_data`` builds the corpus JSONL (:mod:`study.corpus`) and runs ``data_prep`` on it
+(the Common Crawl dump path: cleaning, a SentencePiece BPE tokenizer, megatron ``.bin/.idx``
+train/valid prefixes); both steps skip work already done. ``base_config`` is the run config
+every run of the study starts from (depth, preset, LR and seed are the planner's).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from study.corpus import build_jsonl
+from study.log import log as _log
+from study.spec import Study
+
+
+def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
+    """The run config every demo run starts from (depth, preset and LR are swept)."""
+    return {
+        "model": {
+            "num_layers": s.depths[0],
+            "hidden_size": s.hidden_size,
+            "num_attention_heads": s.heads,
+            "seq_length": s.seq_length,
+        },
+        "parametrization": {"preset": "sp", "base_num_layers": s.depths[0], "base_hidden_size": s.hidden_size},
+        "optimizer": {"name": "adamw", "lr": 2.0 ** s.base_lrs_log2[0], "min_lr_ratio": 0.1, "weight_decay": 0.0},
+        "scheduler": {"decay_style": "cosine", "warmup_steps": s.warmup},
+        "training": {"steps": s.steps, "micro_batch_size": s.batch, "global_batch_size": s.batch},
+        "eval": {"at": [0.5, 1.0], "batches": s.eval_batches},
+        "data": {"manifest": str(manifest_dir)},
+        "run": {"dir": "unused", "seed": 0},
+        "checkpoint": {"final": False, "interval": max(50, s.steps // 4)},
+        "logging": {"interval": 20, "progress_bar": False, "diagnostics_interval": s.diagnostics_interval},
+        "parallel": {"device": "cpu"},
+    }
+
+
+def prepare_data(out: Path, s: Study, workers: int) -> Path:
+    """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done."""
+    from data_prep.api import build_from_texts
+
+    cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
+    corpus = build_jsonl(out / "corpus" / "kjv.jsonl", cache / "demo_corpus")
+    data_dir = out / "data"
+    manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
+    _log(
+        f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
+        f"({manifest['train']['documents']} / {manifest['valid']['documents']} chapters), vocab {s.vocab_size}"
+    )
+    return data_dir

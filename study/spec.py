@@ -1,0 +1,182 @@
+"""Study definitions as data: one YAML file per study under ``configs/studies/`` (or any path).
+
+A study sizes the adaptive depth-transfer sweep that ``python -m launch demo`` runs: presets,
+depths, the LR search and the model/training shape. This module only reads and validates
+them; the planner (``launch.demo``) applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eval.seed_model import SEED_MODELS
+from launch.errors import LaunchError
+
+STUDIES_DIR = Path(__file__).resolve().parents[1] / "configs" / "studies"
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything that sizes one study (keys of its YAML file, all required)."""
+
+    name: str
+    depths: tuple[int, ...]
+    presets: tuple[str, ...]
+    base_lrs_log2: tuple[float, ...]  # the grid at the base depth (= depths[0] = L0)
+    window: int  # LR points at each deeper depth, centred on the previous depth's optimum
+    step_log2: float  # LR spacing in octaves
+    max_widen: int  # extra points allowed per (preset, depth) when the optimum is at an edge
+    seeds: int  # seeds (run.seed: initialization) at the best LR and its neighbours
+    refine_log2: float  # 0: none; else all seeds at best +- this many octaves
+    fit_window: int  # eval transfer --fit-window: usable neighbours each side in the quadratic fit
+    hidden_size: int
+    heads: int
+    seq_length: int
+    batch: int
+    steps: int
+    warmup: int
+    vocab_size: int
+    eval_batches: int
+    claims: bool  # False for a smoke test: no conclusions are printed
+    # optional: name -> run-config overrides (dotted keys); every preset is studied under each
+    # variant, with its own shared base depth. Default: one unnamed variant, no overrides.
+    variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
+    # optional: logging.diagnostics_interval of every run (0: off); > 0 adds eval dynamics to the report
+    diagnostics_interval: int = 0
+    # optional: seeds at the base depth L0 (the larger of this and ``seeds``). L0's runs are the
+    # cheapest, are shared by every preset, and have the most leverage on the slope (log2 L0 is
+    # the end of the depth axis); their seed noise is also the largest (docs/study_design.md).
+    base_seeds: int = 0
+    # optional: how a cell's seed losses are averaged, by the planner and by eval transfer
+    # (eval/seed_model.py): "independent" (plain seed means) or "additive" (seed offsets removed)
+    seed_model: str = "independent"
+
+    def variant_keys(self) -> list[str]:
+        """Every config key some variant sets (each run records all of them, so that
+        ``eval transfer`` tells the variants apart as families)."""
+        return sorted({k for overrides in self.variants.values() for k in overrides})
+
+
+_TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
+OPTIONAL = ("variants", "diagnostics_interval", "base_seeds", "seed_model")
+# Keys a variant may not set: the planner sweeps them, or the shared run shape fixes them.
+_PLANNED_KEYS = ("model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed", "run.dir")
+
+
+def study_path(name_or_path: str) -> Path:
+    """``NAME`` -> ``configs/studies/NAME.yaml``; anything with a suffix or a slash is a path."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    return STUDIES_DIR / f"{name_or_path}.yaml"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
+
+
+def load_study(name_or_path: str, **overrides: Any) -> Study:
+    """Read and check a study file; ``overrides`` (e.g. ``depths=(2, 4)``) replace its keys."""
+    path = study_path(name_or_path)
+    if not path.is_file():
+        raise LaunchError(f"--study {name_or_path}: no file {path} (studies here: {', '.join(available())})")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise LaunchError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise LaunchError(f"{path}: expected a mapping of study keys")
+    names = [f.name for f in fields(Study)]
+    unknown = sorted(set(raw) - set(names))
+    missing = [n for n in names if n not in raw and n not in OPTIONAL]
+    if unknown:
+        raise LaunchError(f"{path}: unknown key(s) {unknown}; a study has {names}")
+    if missing:
+        raise LaunchError(f"{path}: missing key(s) {missing}")
+    values: dict[str, Any] = {}
+    for f in fields(Study):
+        if f.name == "variants":
+            if "variants" in raw:
+                values["variants"] = _variants(path, raw["variants"])
+            continue
+        if f.name in raw:
+            values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
+    study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
+    _check(path, study)
+    return study
+
+
+def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
+    if key in _TUPLES:
+        kind = _TUPLES[key]
+        if not isinstance(value, list) or not value:
+            raise LaunchError(f"{path}: {key}: expected a non-empty list, got {value!r}")
+        try:
+            return tuple(kind(v) if not isinstance(v, bool) else _bad(path, key, v) for v in value)
+        except (TypeError, ValueError) as exc:
+            raise LaunchError(f"{path}: {key}: expected a list of {kind.__name__}, got {value!r}") from exc
+    expected = {"str": str, "int": int, "float": (int, float), "bool": bool}[str(type_name)]
+    if isinstance(value, bool) and expected is not bool:
+        _bad(path, key, value)
+    if not isinstance(value, expected):
+        _bad(path, key, value)
+    return float(value) if str(type_name) == "float" else value
+
+
+def _variants(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, dict) or not raw:
+        raise LaunchError(f"{path}: variants: expected a mapping name -> {{dotted.key: value}}, got {raw!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, overrides in raw.items():
+        if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+            raise LaunchError(f"{path}: variants: name {name!r} must be letters, digits and underscores")
+        if overrides is None:
+            overrides = {}
+        if not isinstance(overrides, dict) or not all(isinstance(k, str) and "." in k for k in overrides):
+            raise LaunchError(f"{path}: variants.{name}: expected a mapping of dotted config keys, got {overrides!r}")
+        planned = sorted(set(overrides) & set(_PLANNED_KEYS))
+        if planned:
+            raise LaunchError(f"{path}: variants.{name}: {planned} are set by the study planner, not a variant")
+        out[name] = dict(overrides)
+    return out
+
+
+def _bad(path: Path, key: str, value: Any) -> Any:
+    raise LaunchError(f"{path}: {key}: bad value {value!r}")
+
+
+def _check(path: Path, s: Study) -> None:
+    if list(s.depths) != sorted(set(s.depths)) or s.depths[0] < 1:
+        raise LaunchError(f"{path}: depths: must be positive and strictly increasing, got {list(s.depths)}")
+    if len(set(s.presets)) != len(s.presets):
+        raise LaunchError(f"{path}: presets: listed twice in {list(s.presets)}")
+    if s.refine_log2 < 0 or s.refine_log2 >= s.step_log2:
+        raise LaunchError(f"{path}: refine_log2: must be in [0, step_log2={s.step_log2}), got {s.refine_log2}")
+    for key in (
+        "window",
+        "seeds",
+        "hidden_size",
+        "heads",
+        "seq_length",
+        "batch",
+        "steps",
+        "vocab_size",
+        "eval_batches",
+    ):
+        if getattr(s, key) < 1:
+            raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
+    if s.seed_model not in SEED_MODELS:
+        raise LaunchError(f"{path}: seed_model: must be one of {list(SEED_MODELS)}, got {s.seed_model!r}")
+    if s.base_seeds < 0:
+        raise LaunchError(f"{path}: base_seeds: must be >= 0 (0: as many as seeds), got {s.base_seeds}")
+    if s.diagnostics_interval < 0:
+        raise LaunchError(f"{path}: diagnostics_interval: must be >= 0, got {s.diagnostics_interval}")
+    if s.max_widen < 0 or s.step_log2 <= 0:
+        raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0")
+    if not 0 <= s.warmup < s.steps:
+        raise LaunchError(f"{path}: warmup: must be in [0, steps={s.steps}), got {s.warmup}")
+    if s.hidden_size % s.heads:
+        raise LaunchError(f"{path}: hidden_size {s.hidden_size} is not divisible by heads {s.heads}")

@@ -1,0 +1,194 @@
+"""The study's sweep: the planner's points as one growing sweep plan, run locally or on SLURM."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from launch.errors import LaunchError
+from rundir.files import RunSummary, read_summary
+from study.log import log as _log
+from study.planner import PENDING, Outcome, Planner, Point, key
+from study.spec import Study
+
+
+def _end_loss(summary: Optional[RunSummary]) -> Optional[float]:
+    if summary is None or summary.status != "completed":
+        return None
+    value = summary.final_val_loss
+    return value if value is not None and math.isfinite(value) else None
+
+
+class AdaptiveSweep:
+    """Executes what :class:`launch.planner.Planner` asks for, as one growing sweep plan.
+
+    Points are fed to the executor as runs finish (``on_done``), so both presets' chains keep
+    every worker busy without a barrier per depth; the plan lives in ``sweep.yaml``, so the
+    study resumes after any interruption and a rerun trains nothing twice.
+    """
+
+    def __init__(self, sweep_dir: Path, spec_path: Path, s: Study, workers: int) -> None:
+        from launch.sweep_dir import read_plan
+        from launch.sweep_spec import load_spec
+
+        self.sweep_dir = sweep_dir
+        self.spec_path = spec_path
+        self.spec = load_spec(spec_path)
+        self.s = s
+        self.planner = Planner(s)
+        self.workers = workers
+        self.variant_values = variant_values(spec_path.parent / self.spec.base_config, s)
+        self.plan = None
+        self.points: dict[Point, str] = {}  # point -> run id
+        if (sweep_dir / "sweep.yaml").is_file():
+            self.plan = read_plan(sweep_dir)
+            # how and where runs start changes no result: take them from this invocation's spec
+            self.plan = replace(
+                self.plan,
+                executor=replace(self.plan.executor, start=self.spec.executor.start),
+                slurm=asdict(self.spec.slurm),
+            )
+            for run in self.plan.runs:
+                self.points[self.point_of(run.point)] = run.run_id
+
+    def point_of(self, values: dict[str, Any]) -> Point:
+        """The study point of a planned run's grid values (its variant recognised by its values)."""
+        variant = next(
+            (name for name, vals in self.variant_values.items() if all(values.get(k) == v for k, v in vals.items())),
+            None,
+        )
+        if variant is None:
+            raise LaunchError(
+                f"{self.sweep_dir / 'sweep.yaml'}: run {values} matches no variant of study {self.s.name!r} "
+                f"({self.variant_values}); was the sweep directory made by another study?"
+            )
+        return Point(
+            str(values["parametrization.preset"]),
+            int(values["model.num_layers"]),
+            key(math.log2(values["optimizer.lr"])),
+            int(values.get("run.seed", 0)),
+            variant,
+        )
+
+    def _state(self, run_id: str):
+        from launch.run_state import run_state
+        from launch.sweep_dir import run_dir
+
+        return run_state(run_dir(self.sweep_dir, run_id), self.plan.executor.max_retries)
+
+    def results(self) -> dict[Point, Outcome]:
+        """Every planned point's outcome: end loss, None (failed/diverged) or PENDING."""
+        from launch.sweep_dir import run_dir
+
+        out: dict[Point, Outcome] = {}
+        for point, rid in self.points.items():
+            if self._state(rid).needs_work:
+                out[point] = PENDING
+            else:
+                out[point] = _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
+        return out
+
+    def _add(self, points: list[Point]) -> list:
+        from launch.sweep_dir import write_plan
+        from launch.sweep_spec import expand
+
+        added = []
+        for point in points:
+            grid = {
+                "model.num_layers": [point.depth],
+                "parametrization.preset": [point.preset],
+                "optimizer.lr": [2.0**point.log2_lr],
+            }
+            if point.seed:  # seed 0 is the base config's: run IDs of one-seed studies stay as they were
+                grid["run.seed"] = [point.seed]
+            for k, v in self.variant_values[point.variant].items():
+                grid[k] = [v]
+            stage = expand(self.spec_path, replace(self.spec, grid=grid))
+            if self.plan is None:
+                self.plan = replace(stage, runs=[])
+            known = {r.run_id for r in self.plan.runs}
+            for run in stage.runs:
+                if run.run_id not in known:
+                    self.plan.runs.append(run)
+                    added.append(run)
+                self.points[point] = run.run_id
+            arm = f"{point.preset}/{point.variant}" if point.variant else point.preset
+            _log(f"queued {arm} L={point.depth} lr=2^{point.log2_lr:g} seed {point.seed}")
+        if added:
+            write_plan(self.sweep_dir, self.plan)
+        return added
+
+    def _advance(self) -> list:
+        return self._add(self.planner.next_points(self.results()))
+
+    def run(self) -> None:
+        """Drive every preset to the end of its chain (resumes whatever is unfinished)."""
+        from launch.executor_local import execute
+
+        while True:
+            queued = self._advance()
+            pending = [r for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            ids = list(dict.fromkeys(r.run_id for r in [*pending, *queued]))
+            if not ids:
+                return
+
+            def on_done(run) -> list:  # a finished run may unblock any chain (the shared base)
+                return self._advance()
+
+            result = execute(
+                self.sweep_dir, self.plan, only=ids, max_parallel=self.workers, progress=False, on_done=on_done
+            )
+            if result.interrupted:
+                raise KeyboardInterrupt
+            if result.started == 0:  # nothing could start (e.g. runs held elsewhere): do not spin
+                return
+
+    def run_slurm(self, *, wait: bool, poll_s: float) -> bool:
+        """Drive the study through SLURM job arrays; True once every point is final.
+
+        Each round adds the points the planner can add now and submits the runs that need
+        work and are in no live array (``squeue``). Without ``wait`` one round is done and
+        the caller returns (rerun the command, e.g. from cron, to go on); with it, rounds
+        repeat every ``poll_s`` seconds on this (login) node until the study is complete.
+        """
+        from launch.executor_slurm import queued_run_ids, submit_array
+
+        while True:
+            self._advance()
+            pending = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            if not pending:
+                return True
+            queued = queued_run_ids(self.sweep_dir)
+            if any(rid not in queued for rid in pending):
+                code = submit_array(
+                    self.sweep_dir, self.plan, max_parallel=self.workers, dry_run=False, cwd=Path.cwd(), exclude=queued
+                )
+                if code:
+                    raise LaunchError(f"sbatch failed (exit {code}); finished runs are kept, rerun to resubmit")
+            if not wait:
+                _log(f"{len(pending)} runs queued or running on SLURM; rerun this command to continue")
+                return False
+            time.sleep(poll_s)
+
+
+def variant_values(base_config: Path, s: Study) -> dict[str, dict[str, Any]]:
+    """Variant -> the typed value of every key any variant sets (the base config's where it
+    sets none), as ``expand`` stores them in a run's grid point."""
+    from launch.commands import format_override
+    from launch.run_configs import flat_config, load_run_config
+
+    keys = s.variant_keys()
+    out = {}
+    for name, overrides in s.variants.items():
+        where = f"study {s.name!r}: variants.{name}: "
+        flat = flat_config(
+            load_run_config(base_config, [format_override(k, v) for k, v in overrides.items()], where=where)
+        )
+        unknown = [k for k in overrides if k not in flat]
+        if unknown:
+            raise LaunchError(f"{where}{unknown} are not single run-config settings")
+        out[name] = {k: flat[k] for k in keys}
+    return out
