@@ -10,4 +10,6 @@ from study.cli import add_arguments, main  # noqa: F401
 from study.demo import run_demo  # noqa: F401
 from study.sweep import AdaptiveSweep, variant_values  # noqa: F401
 
-warnings.warn("launch.demo moved to the study package (study.cli, study.demo, study.sweep)", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "launch.demo moved to the study package (study.cli, study.demo, study.sweep)", DeprecationWarning, stacklevel=2
+)

@@ -162,7 +162,6 @@ def depth_at_fixed_scale(hidden_size: int, s: float, base_hidden_size: int, base
 NO_WEIGHT_DECAY_ROLES = (FINAL_NORM, BLOCK_VECTOR)
 
 
-
 @dataclass(frozen=True)
 class ModelShape:
     """The dimensions the rules depend on. ``num_layers`` is the model's TOTAL layer count
