@@ -323,7 +323,10 @@ def _deb_data_tar(raw: bytes, path: Path) -> tarfile.TarFile:
     while pos + 60 <= len(raw):
         header = raw[pos : pos + 60]
         name = header[:16].decode("ascii", "replace").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii").strip())
+        try:
+            size = int(header[48:58].decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise CorpusError(f"{path}: corrupt ar member header at byte {pos}") from None
         if name.startswith("data.tar"):
             body = raw[pos + 60 : pos + 60 + size]
             if len(body) != size:
@@ -407,7 +410,7 @@ def _paragraphs(text: str) -> list[str]:
 def _chunks(text: str, max_chars: int) -> Iterator[str]:
     """The lines of ``text`` packed in order into texts of at most ``max_chars`` (a longer line alone)."""
     chunk: list[str] = []
-    size = 0
+    size = -1  # the separator before the first line is not there
     for p in text.split("\n"):
         if chunk and size + 1 + len(p) > max_chars:
             yield "\n".join(chunk)
