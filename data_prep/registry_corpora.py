@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runconfig import atomic_write_text
+from jobscripts.atomic import atomic_write_text
 
 
 class CorpusError(RuntimeError):

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from study.corpus import build_jsonl
+from study.corpus import corpus_jsonl
 from study.log import log as _log
 from study.spec import Study
 
@@ -44,7 +44,7 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     from data_prep.api import build_from_texts
 
     cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
-    corpus = build_jsonl(out / "corpus" / "kjv.jsonl", cache / "demo_corpus")
+    corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus")
     data_dir = out / "data"
     manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
     _log(

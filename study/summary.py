@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from study.corpus import ATTRIBUTION
+from study.corpus import DEFAULT_CORPUS, attribution
 from study.spec import Study
 from study.sweep import AdaptiveSweep
 
@@ -82,5 +82,5 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             "|---" * len(header) + "|",
             *("| " + " | ".join(r) + " |" for r in rows),
         ]
-    lines.append(f"Corpus: {ATTRIBUTION}.")
+    lines.append(f"Corpus: {attribution(DEFAULT_CORPUS)}.")
     return "\n".join(lines) + "\n"
