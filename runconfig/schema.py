@@ -17,6 +17,7 @@ from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
 
 ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch SDPBackend names, lower case
+ROPE_IMPLS = ("toolkit", "megatron")
 
 
 @dataclass
@@ -46,6 +47,10 @@ class ModelConfig:
     # GPU + bf16: megatron's native fused cross-entropy (torch.compile'd, fewer passes over the
     # logits); the CPU path and fp32 runs always use megatron's unfused one
     cross_entropy_fusion: bool = True
+    # local impl, rope positions: toolkit rotates q and k straight from the fused QKV projection
+    # (training/attention.py: no concatenations); megatron is megatron-core's unfused RoPE, the
+    # same math with 4 concatenations per layer forward and 3 more in backward (kept to compare)
+    rope_impl: str = "toolkit"
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
@@ -62,6 +67,7 @@ class ModelConfig:
         _choice("model.linear1_phi", self.linear1_phi, ("relu", "abs", "gelu"))
         _choice("model.transformer_impl", self.transformer_impl, ("local", "transformer_engine"))
         _choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        _choice("model.rope_impl", self.rope_impl, ROPE_IMPLS)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:

@@ -23,7 +23,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 import patches
 from patches.rules import ModelShape, ResolvedParametrization
 from runconfig.schema import RunConfig
-from training.attention import SDPAttention
+from training.attention import RopeSelfAttention, SDPAttention
 
 ACTIVATIONS = {
     "gelu": (torch.nn.functional.gelu, False),
@@ -107,6 +107,8 @@ def base_layer_spec(cfg: RunConfig) -> ModuleSpec:
 
         return get_gpt_layer_with_transformer_engine_spec()
     spec = get_gpt_layer_local_spec(normalization=m.normalization)
+    if m.rope_impl == "toolkit":
+        spec.submodules.self_attention.module = RopeSelfAttention
     spec.submodules.self_attention.submodules.core_attention = ModuleSpec(
         module=SDPAttention, params={"backend": m.attention_backend}
     )
