@@ -18,6 +18,9 @@ from runconfig.checks import check_choice as _choice
 
 ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch SDPBackend names, lower case
 ROPE_IMPLS = ("toolkit", "megatron")
+RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")  # megatron-core's names for dense layers
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
 @dataclass
@@ -51,6 +54,19 @@ class ModelConfig:
     # (training/attention.py: no concatenations); megatron is megatron-core's unfused RoPE, the
     # same math with 4 concatenations per layer forward and 3 more in backward (kept to compare)
     rope_impl: str = "toolkit"
+    # GPU activation recompute, megatron-core's (its checkpointing saves CUDA RNG states): none |
+    # selective (the recompute_modules of each layer) | full (each layer's input is kept and the
+    # layer recomputed in backward, recompute_num_layers layers per chunk, megatron's uniform method)
+    recompute: str = "none"
+    recompute_modules: list[str] = field(default_factory=lambda: ["core_attn"])
+    recompute_num_layers: int = 1
+    # torch.compile each transformer layer (dynamo traces megatron's layer, inductor fuses the
+    # element-wise work between the matrix products); off until measured on a GPU (docs/gpu_runs.md)
+    compile: bool = False
+    compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two trace without codegen)
+    # GPU: megatron-core's local CUDA graphs (cuda_graph_impl="local"), one per layer's forward and
+    # backward, captured by megatron's schedules after the first step; off until measured on a GPU
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
@@ -68,6 +84,11 @@ class ModelConfig:
         _choice("model.transformer_impl", self.transformer_impl, ("local", "transformer_engine"))
         _choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         _choice("model.rope_impl", self.rope_impl, ROPE_IMPLS)
+        _choice("model.recompute", self.recompute, RECOMPUTE)
+        for module in self.recompute_modules:
+            _choice("model.recompute_modules", module, RECOMPUTE_MODULES)
+        _at_least("model.recompute_num_layers", self.recompute_num_layers, 1)
+        _choice("model.compile_backend", self.compile_backend, COMPILE_BACKENDS)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:

@@ -162,6 +162,20 @@ class RotaryQKV(torch.autograd.Function):
         return grad, None, None, None
 
 
+def rotary_qkv_ops(mixed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, per_group: int):
+    """:class:`RotaryQKV`'s function in plain tensor ops: megatron's split and rotate-half. What
+    ``torch.compile`` traces (inductor fuses the split, rotation and gradient concatenation)."""
+    s, b, groups, width = mixed.shape
+    d = width // (per_group + 2)
+    q, k, v = mixed.split([per_group * d, d, d], dim=3)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    return rotate(q.reshape(s, b, groups * per_group, d)), rotate(k), v
+
+
 # The last RoPE table's cosines and sines: megatron's RotaryEmbedding.forward is lru-cached,
 # so every layer (and every step) at one sequence length gets the same frequency tensor.
 _COS_SIN: list = [None]
@@ -253,4 +267,6 @@ class RopeSelfAttention(SelfAttention):
         per_group = self.num_attention_heads_per_partition // groups
         mixed = mixed.view(*mixed.shape[:2], groups, -1)
         cos, sin = _cos_sin(self._freqs, mixed.dtype)
+        if torch.compiler.is_compiling():  # dynamo cannot trace RotaryQKV's strided out= writes
+            return rotary_qkv_ops(mixed, cos, sin, per_group)
         return RotaryQKV.apply(mixed, cos, sin, per_group)

@@ -140,7 +140,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
             clear_run_dir(run_dir)
     setup_logging(run_dir, is_main)
     info = init_distributed(device, par.tensor_model_parallel_size, par.pipeline_model_parallel_size)
-    seed_everything(cfg.run.seed, device)
+    seed_everything(cfg.run.seed, device, cudagraphable_rng=cfg.model.cuda_graphs)
 
     try:
         data = build_datasets(cfg, cfg.index_cache_dir())
