@@ -109,3 +109,18 @@ def test_bad_throughput_settings_name_the_key(overrides, key):
 
     with pytest.raises(ConfigError, match=key):
         tiny_config(*overrides)  # tiny_cpu.yaml: 4 layers
+
+
+def test_throughput_switches_may_change_on_resume():
+    """A checkpoint's config written before the switches existed, or with other values of them,
+    resumes; a change of the math (here the width) still refuses."""
+    from runconfig.loader import to_dict
+    from training.session import config_differences
+
+    new = to_dict(tiny_config("model.recompute=full", "model.compile=true", "model.rope_impl=megatron"))
+    old = to_dict(tiny_config())
+    for key in ("rope_impl", "recompute", "recompute_modules", "recompute_num_layers", "compile",
+                "compile_backend", "cuda_graphs"):  # fmt: skip
+        del old["model"][key]
+    assert config_differences(old, new) == []
+    assert config_differences(old, to_dict(tiny_config("model.hidden_size=128"))) == ["model.hidden_size: 64 -> 128"]

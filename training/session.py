@@ -36,8 +36,12 @@ from runconfig.run_dir import (
 from runconfig.schema import RunConfig
 from runconfig.validate import validate
 
-# Config keys that may change between a run and its resume (they do not change the math).
-RESUMABLE_CHANGES = ("run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir")
+# Config keys that may change between a run and its resume (they do not change the math; the
+# throughput switches change float rounding at most, and runs written before they existed resume).
+RESUMABLE_CHANGES = (
+    "run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir",
+    "model.rope_impl", "model.recompute", "model.compile", "model.cuda_graphs",
+)  # fmt: skip
 
 log = logging.getLogger("train_gpt")
 
