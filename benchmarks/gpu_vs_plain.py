@@ -82,6 +82,7 @@ class Runner:
     losses: list = field(default_factory=list)
     times: list = field(default_factory=list)  # seconds per step, one entry per round
     backend: Any = None  # the toolkit's backend (None for the plain model)
+    transient: float = 0.0  # CUDA: most bytes a timed block allocated above what was resident before it
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -181,7 +182,12 @@ def alternate(runners: list[Runner], rounds: int, steps: int, device: str) -> No
             def step(data: Any, runner: Runner = runner) -> None:
                 runner.losses.append(runner.step(data))
 
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+                resident = torch.cuda.memory_allocated()
             runner.times.append(timed(step, runner.data, steps, device))
+            if device == "cuda":
+                runner.transient = max(runner.transient, torch.cuda.max_memory_allocated() - resident)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -219,12 +225,26 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
     t0 = time.perf_counter()
     toolkit = toolkit_runner("toolkit", cfg, device, patched=True)
     runners = [toolkit]
+    failed: dict[str, str] = {}
     for name, overrides in variants:
         device_batches = "bench.device_batches=true" in overrides
-        vcfg = load(size, device, args.tiny, [*args.override, *(o for o in overrides if not o.startswith("bench."))])
-        if vcfg.training.global_batch_size != cfg.training.global_batch_size or vcfg.model.seq_length != seq:
-            raise SystemExit(f"error: --variant {name}: tokens per step must stay {tokens_per_step}")
-        runners.append(toolkit_runner(name, vcfg, device, patched=True, device_batches=device_batches))
+        try:
+            vcfg = load(
+                size, device, args.tiny, [*args.override, *(o for o in overrides if not o.startswith("bench."))]
+            )
+            if vcfg.training.global_batch_size != cfg.training.global_batch_size or vcfg.model.seq_length != seq:
+                raise ValueError(f"tokens per step must stay {tokens_per_step} (change micro-batch, not global)")
+            runner = toolkit_runner(name, vcfg, device, patched=True, device_batches=device_batches)
+            for _ in range(args.warmup):  # an unmeasured switch may fail here: reported, not fatal
+                runner.losses.append(runner.step(runner.data))
+            runners.append(runner)
+        except Exception as exc:  # noqa: BLE001 - any failure of a variant is its result
+            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            print(f"  variant {name} failed, left out: {failed[name]}")
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+    out["failed_variants"] = failed
     plain, eager = plain_runner(cfg, device, args.compile if args.compile is not None else cuda)
     runners.insert(1, plain)
 
@@ -239,17 +259,18 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         "toolkit": sum(p.numel() for p in toolkit_model.parameters()),
         "plain": sum(p.numel() for p in eager.parameters()),
     }
-    for runner in runners:  # warm-up: compilation, allocator, cuDNN plans
+    for runner in runners[:2]:  # warm-up (variants warmed above): compilation, allocator, cuDNN plans
         for _ in range(args.warmup):
             runner.losses.append(runner.step(runner.data))
     if cuda:
         torch.cuda.synchronize()
+        out["resident_gib"] = torch.cuda.memory_allocated() / 2**30  # every model's weights and optimizer state
     out["setup_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     alternate(runners, args.rounds, args.steps, device)
     out["timed_s"] = time.perf_counter() - t0
-    if cuda:
-        out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if cuda:  # the most allocated at once during the timed rounds: every model resident + one step's
+        out["peak_memory_gib"] = out["resident_gib"] + max(r.transient for r in runners) / 2**30
 
     def report(runner: Runner) -> dict:
         tps = [tokens_per_step / t for t in runner.times]
@@ -261,6 +282,7 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
             "mfu": spread(mfu) if mfu else None,
             "loss_first": losses[0],
             "loss_last": losses[-1],
+            "step_transient_gib": runner.transient / 2**30 if cuda else None,
         }
 
     out["models"] = {r.name: report(r) for r in runners}
@@ -272,12 +294,14 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
     print(f"== {label}: {out['params']['toolkit'] / 1e6:.1f}M parameters, micro-batch {out['micro_batch']}, "
           f"{tokens_per_step} tokens/step, {args.rounds} rounds x {args.steps} steps "
           f"(setup {out['setup_s']:.0f} s, timed {out['timed_s']:.0f} s"
-          + (f", peak {out['peak_memory_gib']:.1f} GiB)" if cuda else ")"))  # fmt: skip
+          + (f", resident {out['resident_gib']:.1f} GiB, peak {out['peak_memory_gib']:.1f} GiB)" if cuda else ")"))  # fmt: skip
     for name, rep in out["models"].items():
         t = rep["tokens_per_s"]
         line = f"  {name:16s} tokens/s {t['median']:12,.0f} [{t['min']:,.0f} .. {t['max']:,.0f}]"
         if rep["mfu"]:
             line += f"  MFU {rep['mfu']['median']:.3f} [{rep['mfu']['min']:.3f} .. {rep['mfu']['max']:.3f}]"
+        if rep["step_transient_gib"] is not None:
+            line += f"  step +{rep['step_transient_gib']:.1f} GiB"
         print(line + f"  loss {rep['loss_first']:.3f} -> {rep['loss_last']:.3f}")
     r = out["ratio_toolkit_over_plain"]
     print(f"  toolkit/plain tokens/s: median {r['median']:.3f} [min {r['min']:.3f}, max {r['max']:.3f}]")
@@ -360,10 +384,10 @@ def main(argv: list[str] | None = None) -> int:
                 results["sizes"].append({"size": size, "error": "out of memory"})
                 gc.collect()
                 torch.cuda.empty_cache()
+            if args.json:  # after each size: a time limit that stops a later one keeps these
+                args.json.write_text(json.dumps(results, indent=1) + "\n")
     finally:
         shutdown()
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 
