@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check of the toolkit in three device calls, each under 10 minutes (its steps' time
-# limits add up to 560 s or less), logs and JSON under $OUT (at most 6 files per stage):
+# limits add up to 550 s or less), logs and JSON under $OUT (at most 6 files per stage):
 #   OUT=gpu_out bash benchmarks/gpu_checks.sh a  # GPU tests; 124M toolkit vs plain, megatron's RoPE as the
 #                                                 # before of the copy fix, patched/unpatched over 10 rounds
 #   OUT=gpu_out bash benchmarks/gpu_checks.sh b  # 350M and 1B toolkit vs plain; the trainer's 124M step time
