@@ -37,10 +37,10 @@ case $stage in
     # 8 micro-batches of 8 per step at every size (the 124M config's 64 sequences): the configs'
     # 128-sequence steps would double each round's time
     echo "=== 350M: toolkit vs plain"
-    vs_plain 200 vs_plain_350m --sizes 350m --rounds 8 --steps 1 --patch-rounds 0 \
+    vs_plain 200 vs_plain_350m --sizes 350m --rounds 8 --steps 1 --warmup 2 --patch-rounds 0 \
       --override training.global_batch_size=64
     echo "=== 1B: toolkit vs plain"
-    vs_plain 260 vs_plain_1b --sizes 1b --rounds 8 --steps 1 --patch-rounds 0 \
+    vs_plain 260 vs_plain_1b --sizes 1b --rounds 8 --steps 1 --warmup 2 --patch-rounds 0 \
       --override training.global_batch_size=64
     echo "=== 124M through train_gpt.py, 30 steps (what the trainer logs)"
     timeout 90 python3 train_gpt.py --config configs/gpt_100m_gpu.yaml data.mock=true model.vocab_size=50304 \

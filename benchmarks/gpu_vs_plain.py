@@ -74,7 +74,7 @@ TINY = [
 ]
 
 
-@dataclass
+@dataclass(eq=False)  # identity: runners are found in lists by identity
 class Runner:
     name: str
     step: Callable[[Any], Any]  # one optimizer step on ``data``; returns the loss (float or tensor)
@@ -171,8 +171,11 @@ def forward_flops_per_token(forward: Callable[[torch.Tensor], Any], seq: int, vo
     return counter.get_total_flops() / seq
 
 
-def alternate(runners: list[Runner], rounds: int, steps: int, device: str) -> None:
-    """``rounds`` rounds of ``steps`` steps of each runner, the order rotating each round."""
+def alternate(
+    runners: list[Runner], rounds: int, steps: int, device: str, may_fail: tuple = (), failed: dict | None = None
+) -> None:
+    """``rounds`` rounds of ``steps`` steps of each runner, the order rotating each round. A runner
+    in ``may_fail`` that raises leaves the rounds (recorded in ``failed``); any other raises."""
     from benchmarks.patch_overhead import timed
 
     for r in range(rounds):
@@ -185,7 +188,15 @@ def alternate(runners: list[Runner], rounds: int, steps: int, device: str) -> No
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
                 resident = torch.cuda.memory_allocated()
-            runner.times.append(timed(step, runner.data, steps, device))
+            try:
+                runner.times.append(timed(step, runner.data, steps, device))
+            except Exception as exc:  # noqa: BLE001 - an unmeasured variant's failure is its result
+                if runner not in may_fail or failed is None:
+                    raise
+                failed[runner.name] = f"round {r}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                print(f"  variant {runner.name} failed, left out: {failed[runner.name]}")
+                runners.remove(runner)
+                continue
             if device == "cuda":
                 runner.transient = max(runner.transient, torch.cuda.max_memory_allocated() - resident)
 
@@ -267,7 +278,7 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         out["resident_gib"] = torch.cuda.memory_allocated() / 2**30  # every model's weights and optimizer state
     out["setup_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    alternate(runners, args.rounds, args.steps, device)
+    alternate(runners, args.rounds, args.steps, device, may_fail=tuple(runners[2:]), failed=failed)
     out["timed_s"] = time.perf_counter() - t0
     if cuda:  # the most allocated at once during the timed rounds: every model resident + one step's
         out["peak_memory_gib"] = out["resident_gib"] + max(r.transient for r in runners) / 2**30
