@@ -64,7 +64,7 @@ def backend(cfg: RunConfig, device: str, patched: bool):
     from training.distributed import seed_everything
     from training.model import Placement, build_model, resolve
 
-    seed_everything(0, device)  # same init for both; on CUDA megatron's RNG tracker too
+    seed_everything(0, device, cfg.model.cuda_graphs)  # same init for both; on CUDA megatron's RNG tracker too
     placement = Placement(device=device, bf16=device == "cuda")
     model = build_model(cfg, cfg.model.vocab_size, placement, patched=patched)
     resolved = resolve(cfg) if patched else None

@@ -8,7 +8,10 @@ steps on random tokens, then profiles ``--steps`` steps with ``torch.profiler`` 
 the device time per kernel family (matrix products, attention, cross-entropy, normalization,
 element-wise, optimizer, communication), the top kernels, and the measured step time with
 its model FLOP rate and MFU. Use it before a change that is meant to speed a step up: it
-says which family the change should shrink.
+says which family the change should shrink. ``--copies N`` lists the N costliest
+data-movement ops (copies, concatenations, fills) with the chain of ops that issued them and
+the toolkit/megatron source line, including copies made inside another op (an attention
+kernel's layout changes), which benchmarks/copy_sources.py cannot see.
 """
 
 from __future__ import annotations
@@ -42,6 +45,40 @@ FAMILIES = [
 ]
 
 
+COPY_OPS = re.compile(r"^aten::(copy_|cat|fill_|zero_|stack|index|slice_backward|select_backward|repeat)")
+
+
+def _ours(frame: str) -> bool:
+    return any(k in frame for k in ("megatron/", "training/", "patches/")) and "step_profile" not in frame
+
+
+def copy_sources(events: list, cuda: bool) -> list[tuple[str, str, int, float]]:
+    """(op chain, source, count, self time in us) per distinct chain of the data-movement ops
+    that ran kernels (device time on CUDA, CPU time on CPU), costliest first. The chain is the op
+    and the ATen ops / autograd nodes above it; the source the innermost megatron/toolkit frame
+    of the Python stack above it (none for backward ops: their chain names the autograd node)."""
+    rows: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CUDA or not COPY_OPS.search(e.name):
+            continue
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if us <= 0:
+            continue
+        chain, source, parent = [e.name], next((f for f in e.stack or [] if _ours(f)), ""), e.cpu_parent
+        while parent is not None:
+            name = parent.name
+            if ".py(" in name:  # a Python function event (with_stack)
+                if not source and _ours(name):
+                    source = name.split("site-packages/")[-1]
+            elif name.startswith(("aten::", "autograd::")) or name.endswith("Backward0"):
+                chain.append(name.replace("autograd::engine::evaluate_function: ", ""))
+            parent = parent.cpu_parent
+        key = (" < ".join(dict.fromkeys(chain[:4])), source)
+        rows[key][0] += 1
+        rows[key][1] += us
+    return sorted(((c, s, n, us) for (c, s), (n, us) in rows.items()), key=lambda r: -r[3])
+
+
 def family(name: str) -> str:
     low = name.lower()
     for fam, pattern in FAMILIES:
@@ -59,6 +96,9 @@ def main() -> ExitCode:
     parser.add_argument("--top", type=int, default=15, help="kernels listed")
     parser.add_argument(
         "--ops", type=int, default=0, help="also list the N PyTorch ops (with shapes) costing most device time"
+    )
+    parser.add_argument(
+        "--copies", type=int, default=0, help="also list the N costliest copy/concat/fill ops with who issued them"
     )
     parser.add_argument("--unpatched", action="store_true", help="stock megatron-core, for comparison")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
@@ -92,7 +132,9 @@ def main() -> ExitCode:
         step_s = (time.perf_counter() - t0) / args.steps
 
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        with torch.profiler.profile(activities=activities, record_shapes=args.ops > 0) as prof:
+        with torch.profiler.profile(
+            activities=activities, record_shapes=args.ops > 0, with_stack=args.copies > 0
+        ) as prof:
             for _ in range(args.steps):
                 backend.train_step(data)
             sync()
@@ -131,6 +173,10 @@ def main() -> ExitCode:
                 print(
                     f"  {us / args.steps / 1e3:8.2f} ms x{e.count // args.steps:<5d} {e.key[:40]:40s} {str(e.input_shapes)[:110]}"
                 )
+        if args.copies:
+            print(f"top {args.copies} data-movement ops per step (op < the ops that called it; source):")
+            for chain, source, n, us in copy_sources(prof.events(), cuda)[: args.copies]:
+                print(f"  {us / args.steps / 1e3:8.2f} ms x{n // args.steps:<5d} {chain[:110]}  [{source[:90]}]")
     finally:
         shutdown()
     return ExitCode.OK

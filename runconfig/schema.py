@@ -27,6 +27,10 @@ Activation = Literal["gelu", "relu", "swiglu"]
 TransformerImpl = Literal["local", "transformer_engine"]
 AttentionBackend = Literal["auto", "flash", "cudnn", "efficient", "math"]  # torch SDPBackend names, lower case
 ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+RopeImpl = Literal["toolkit", "megatron"]
+Recompute = Literal["none", "selective", "full"]
+RecomputeModule = Literal["core_attn", "mlp", "layernorm"]  # megatron-core's names for dense layers
+CompileBackend = Literal["inductor", "aot_eager", "eager"]
 DecayStyle = Literal["constant", "linear", "cosine", "wsd"]
 WsdDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on GPU, fp32 on CPU
@@ -60,6 +64,23 @@ class ModelConfig:
     # GPU + bf16: megatron's native fused cross-entropy (torch.compile'd, fewer passes over the
     # logits); the CPU path and fp32 runs always use megatron's unfused one
     cross_entropy_fusion: bool = True
+    # local impl, rope positions: toolkit rotates q and k straight from the fused QKV projection
+    # (training/attention.py: no concatenations); megatron is megatron-core's unfused RoPE, the
+    # same math with 4 concatenations per layer forward and 3 more in backward (kept to compare)
+    rope_impl: RopeImpl = "toolkit"
+    # GPU activation recompute, megatron-core's (its checkpointing saves CUDA RNG states): none |
+    # selective (the recompute_modules of each layer) | full (each layer's input is kept and the
+    # layer recomputed in backward, recompute_num_layers layers per chunk, megatron's uniform method)
+    recompute: Recompute = "none"
+    recompute_modules: list[RecomputeModule] = field(default_factory=lambda: ["core_attn"])
+    recompute_num_layers: int = 1
+    # torch.compile each transformer layer (dynamo traces megatron's layer, inductor fuses the
+    # element-wise work between the matrix products); off until measured on a GPU (docs/gpu_runs.md)
+    compile: bool = False
+    compile_backend: CompileBackend = "inductor"  # aot_eager, eager: trace without codegen
+    # GPU: megatron-core's local CUDA graphs (cuda_graph_impl="local"), one per layer's forward and
+    # backward, captured by megatron's schedules after the first step; off until measured on a GPU
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
@@ -76,6 +97,12 @@ class ModelConfig:
         _choice("model.linear1_phi", self.linear1_phi, Linear1Phi)
         _choice("model.transformer_impl", self.transformer_impl, TransformerImpl)
         _choice("model.attention_backend", self.attention_backend, AttentionBackend)
+        _choice("model.rope_impl", self.rope_impl, RopeImpl)
+        _choice("model.recompute", self.recompute, Recompute)
+        for module in self.recompute_modules:
+            _choice("model.recompute_modules", module, RecomputeModule)
+        _at_least("model.recompute_num_layers", self.recompute_num_layers, 1)
+        _choice("model.compile_backend", self.compile_backend, CompileBackend)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:

@@ -49,11 +49,24 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
             raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
         if par.sequence_parallel:
             raise ValueError("parallel.sequence_parallel: needs the GPU path")
+        if m.recompute != "none":
+            raise ValueError("model.recompute: needs the GPU path (megatron's checkpointing saves CUDA RNG states)")
+        if m.cuda_graphs:
+            raise ValueError("model.cuda_graphs: needs the GPU path")
     elif device == "cuda":
         if par.use_distributed_optimizer and cfg.optimizer.name == "sgd":
             raise ValueError(
                 "parallel.use_distributed_optimizer: megatron-core's distributed optimizer supports only "
                 "Adam/AdamW; set parallel.use_distributed_optimizer=false for optimizer.name=sgd"
             )
+    if m.cuda_graphs and m.compile:
+        raise ValueError("model.cuda_graphs: not with model.compile (one or the other: both are untested together)")
+    if m.recompute == "full" and m.recompute_num_layers > m.num_layers // par.pipeline_model_parallel_size:
+        raise ValueError(
+            f"model.recompute_num_layers: {m.recompute_num_layers} exceeds the layers per pipeline stage "
+            f"({m.num_layers // par.pipeline_model_parallel_size})"
+        )
+    if m.recompute == "selective" and not m.recompute_modules:
+        raise ValueError("model.recompute_modules: name at least one module for model.recompute=selective")
     if par.sequence_parallel and m.block == "linear1":
         raise ValueError("parallel.sequence_parallel: not supported with model.block=linear1")

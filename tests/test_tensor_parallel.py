@@ -19,7 +19,8 @@ def losses(cmd: list[str]) -> dict:
 
 def test_tp2_matches_tp1():
     script = "tests/scripts/tp_losses.py"
-    one = losses([sys.executable, script, "--tp", "1"])
+    rope = "model.position_embedding_type=rope"  # training.attention.RotaryQKV on each rank's heads
+    one = losses([sys.executable, script, "--tp", "1", rope])
     two = losses(
         [
             sys.executable,
@@ -32,6 +33,7 @@ def test_tp2_matches_tp1():
             script,
             "--tp",
             "2",
+            rope,
         ]
     )
     assert (one["tp"], two["tp"]) == (1, 2)

@@ -58,9 +58,10 @@ def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
     return DistInfo(rank, world, local_rank, backend, device)
 
 
-def seed_everything(seed: int, device: str) -> None:
+def seed_everything(seed: int, device: str, cudagraphable_rng: bool = False) -> None:
     """Seed Python, numpy and torch; on CUDA also megatron's model-parallel RNG tracker, which
-    megatron's GPU layers draw their init from (they refuse to build without it)."""
+    megatron's GPU layers draw their init from (they refuse to build without it), in its
+    graph-safe form when ``cudagraphable_rng`` (megatron's local CUDA graphs require it)."""
     seed = seed + 100 * parallel_state.get_pipeline_model_parallel_rank()  # megatron-LM's rule
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG megatron and numpy users draw from
@@ -68,7 +69,9 @@ def seed_everything(seed: int, device: str) -> None:
     if device == "cuda":
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-        model_parallel_cuda_manual_seed(seed)
+        model_parallel_cuda_manual_seed(
+            seed, use_cudagraphable_rng=cudagraphable_rng, force_reset_rng=cudagraphable_rng
+        )
 
 
 def shutdown() -> None:

@@ -23,7 +23,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 import patches
 from patches.rules import ResolvedParametrization
 from runconfig.schema import RunConfig, resolve
-from training.attention import SDPAttention
+from training.attention import RopeSelfAttention, SDPAttention
 
 ACTIVATIONS = {
     "gelu": (torch.nn.functional.gelu, False),
@@ -80,6 +80,11 @@ def transformer_config(cfg: RunConfig, placement: Placement = Placement()) -> Tr
         # megatron's native fused cross-entropy returns bf16 logit gradients: bf16 runs only
         cross_entropy_loss_fusion=on_gpu and placement.bf16 and m.cross_entropy_fusion,
         cross_entropy_fusion_impl="native",
+        recompute_granularity=None if m.recompute == "none" else m.recompute,
+        recompute_method="uniform" if m.recompute == "full" else None,
+        recompute_num_layers=m.recompute_num_layers if m.recompute == "full" else None,
+        recompute_modules=list(m.recompute_modules) if m.recompute == "selective" else None,
+        cuda_graph_impl="local" if m.cuda_graphs and on_gpu else "none",
     )
 
 
@@ -91,6 +96,8 @@ def base_layer_spec(cfg: RunConfig) -> ModuleSpec:
 
         return get_gpt_layer_with_transformer_engine_spec()
     spec = get_gpt_layer_local_spec(normalization=m.normalization)
+    if m.rope_impl == "toolkit":
+        spec.submodules.self_attention.module = RopeSelfAttention
     spec.submodules.self_attention.submodules.core_attention = ModuleSpec(
         module=SDPAttention, params={"backend": m.attention_backend}
     )
@@ -126,11 +133,22 @@ def build_model(
     )
     if patched:
         patches.attach(model, resolved)
+    if cfg.model.compile:
+        compile_layers(model, cfg.model.compile_backend)
     if placement.device != "cuda":
         _rope_on_cpu(model)
     if placement.device == "cuda":
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def compile_layers(model: GPTModel, backend: str = "inductor") -> None:
+    """``torch.compile`` each transformer layer in place (``nn.Module.compile``: parameter names
+    and checkpoints unchanged). Dynamo splits a layer where megatron-core 0.16.1's
+    ``RowParallelLinear`` calls ``warnings.warn`` (it passes no tensor-parallel group) and inside
+    its activation-offloading context: the pieces between are compiled."""
+    for layer in model.decoder.layers:
+        layer.compile(backend=backend)
 
 
 def _rope_on_cpu(model: GPTModel) -> None:

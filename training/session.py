@@ -48,8 +48,12 @@ from rundir.files import (
     truncate_metrics,
 )
 
-# Config keys that may change between a run and its resume (they do not change the math).
-RESUMABLE_CHANGES = ("run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir")
+# Config keys that may change between a run and its resume (they do not change the math; the
+# throughput switches change float rounding at most, and runs written before they existed resume).
+RESUMABLE_CHANGES = (
+    "run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir",
+    "model.rope_impl", "model.recompute", "model.compile", "model.cuda_graphs",
+)  # fmt: skip
 
 log = logging.getLogger("train_gpt")
 
@@ -174,7 +178,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
             clear_run_dir(run_dir)
     setup_logging(run_dir, is_main)
     info = init_distributed(device, par.tensor_model_parallel_size, par.pipeline_model_parallel_size)
-    seed_everything(cfg.run.seed, device)
+    seed_everything(cfg.run.seed, device, cudagraphable_rng=cfg.model.cuda_graphs)
 
     try:
         data = build_datasets(cfg, cfg.index_cache_dir())

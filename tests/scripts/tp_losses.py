@@ -15,6 +15,7 @@ warnings.filterwarnings("ignore")
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("overrides", nargs="*", help="extra key=value config overrides")
     args = parser.parse_args()
     from megatron.core import parallel_state
 
@@ -41,6 +42,7 @@ def main() -> None:
             f"parallel.tensor_model_parallel_size={args.tp}",
             "optimizer.lr=0.01",
             "optimizer.clip_grad=0.5",
+            *args.overrides,
         ],
     )
     torch.manual_seed(0)
