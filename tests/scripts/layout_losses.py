@@ -84,7 +84,10 @@ def main() -> None:
         g["lr"] = g["max_lr"]
 
     plan = BatchPlan(
-        GLOBAL_BATCH, MICRO_BATCH, parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+        GLOBAL_BATCH,
+        MICRO_BATCH,
+        parallel_state.get_data_parallel_world_size(),
+        parallel_state.get_data_parallel_rank(),
     )
     tokens = torch.randint(0, VOCAB, ((STEPS + 1) * GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
 
