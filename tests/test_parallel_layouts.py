@@ -5,9 +5,10 @@ References: the one-process run (losses to float rounding where the initial weig
 same; the resolved table and diagnostics rows always), the same layout run without
 interruption (a resume after SIGKILL of every process of the job is bit-identical), and the
 run's own final held-out loss (recomputed from its checkpoint joined into one process, the
-model the HF export is made from). Measured differences to one process (layout_losses.py,
-4 steps): PP=2 and DP=2 x PP=2 at most 3e-8 relative in loss and 3e-7 in grad norm, TP=2 x
-PP=2 1e-7 and 1.1e-6; diagnostics at most 1e-5.
+model the HF export is made from). Measured differences to one process: train_gpt.py, 16 steps,
+DP=2 at most 6e-8 relative in loss and 7e-8 in grad norm, TP=2 2e-8 and 2e-7; from the same
+initial weights (layout_losses.py, 4 steps) PP=2 and DP=2 x PP=2 at most 3e-8 in loss and
+3e-7 in grad norm, TP=2 x PP=2 1.1e-7 and 1.1e-6; diagnostics at most 1e-5.
 """
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ def check_layout(name: str, one_process: Path, tmp_path: Path) -> None:
     assert [e["step"] for e in summary["evals"]] == [8, 16] and evals(whole)[1] < evals(whole)[0]
     if name in SAME_INIT_AS_ONE_PROCESS:
         got, want = train_rows(whole), train_rows(one_process)
-        assert [float(r[1]) for r in got] == pytest.approx([float(r[1]) for r in want], rel=2e-5)
-        assert evals(whole) == pytest.approx(evals(one_process), rel=2e-5)
+        assert [float(r[1]) for r in got] == pytest.approx([float(r[1]) for r in want], rel=1e-6)  # 7e-8 measured
+        assert evals(whole) == pytest.approx(evals(one_process), rel=1e-6)
 
     # the resolved table: the one-process run's, whatever the layout
     table = json.loads((whole / "parametrization.json").read_text())

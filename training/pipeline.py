@@ -18,7 +18,8 @@ without CUDA; each replaces exactly what megatron-core 0.16.1 pins to the GPU on
   with ``weight.data.cuda()`` before all-reducing it between the first and last stage: both
   raise ``AssertionError: Torch not compiled with CUDA enabled`` on a CPU build of torch.
   :func:`cuda_placements_on_cpu` (a torch function mode, active only around those calls)
-  places such tensors on the CPU instead.
+  places such tensors on the CPU instead. Every torch call under it pays a Python dispatch:
+  benchmarks/cpu_pipeline_mode.py measures its share of a forward + backward.
 * megatron's ``DistributedDataParallel`` keeps gradients in CUDA buffers (``main_grad``);
   :class:`CpuStage` gives ``finalize_model_grads`` the same interface (``finish_grad_sync``,
   ``scale_gradients``, ``ddp_config``) over plain ``.grad``, which it falls back to.
