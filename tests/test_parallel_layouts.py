@@ -95,19 +95,23 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it at once, as a node failure would."""
+    for p in descendants(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def killed_at_checkpoint(cmd: list[str], run_dir: Path, step: int) -> None:
-    """Start ``cmd`` and SIGKILL it and all its processes once checkpoint ``step`` is complete,
-    as a node failure would."""
+    """Start ``cmd`` and SIGKILL all its processes once checkpoint ``step`` is complete."""
     proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = run_dir / "checkpoints" / "latest"
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
         if latest.is_file() and latest.read_text().strip() == f"step_{step:08d}":
-            for pid in descendants(proc.pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_tree(proc.pid)
             break
         time.sleep(0.01)
     proc.wait()
@@ -255,11 +259,21 @@ def test_two_node_rendezvous_matches_one_node(tmp_path):
     run(job(one_node, "--nproc-per-node", "2"))
     node = job(two_nodes, "--nodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1")
     node += ["--master-port", str(free_port())]
-    pipe = dict(cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    procs = [subprocess.Popen(node, **pipe), subprocess.Popen(node, **pipe)]  # node 0 and node 1
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-4000:]
+    logs = [tmp_path / f"node{i}.log" for i in range(2)]
+    procs = [
+        subprocess.Popen(node, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=log.open("w")) for log in logs
+    ]
+    deadline = time.time() + 600
+    while any(p.poll() is None for p in procs) and time.time() < deadline:
+        if any(p.returncode not in (None, 0) for p in procs):  # the other node would wait for it
+            break
+        time.sleep(0.2)
+    for p in procs:  # a node still running now waits for a failed one: end it (and its trainer)
+        if p.poll() is None:
+            kill_tree(p.pid)
+        p.wait()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log.read_text()[-4000:]
     assert (
         "--nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:"
         in (two_nodes / "launch" / "torchrun.sh").read_text()
