@@ -29,10 +29,12 @@ def layer_of(global_name: str) -> int | None:
 
 def global_named_parameters(model: torch.nn.Module, layer_offset: int = 0) -> list[tuple[str, torch.nn.Parameter, str]]:
     """(global name, parameter, role) of each trainable parameter of one model chunk/stage:
-    wrapper prefixes removed, layer numbers shifted by the stage's ``layer_offset``."""
+    wrapper prefixes removed, layer numbers shifted by the stage's ``layer_offset``. The last
+    pipeline stage's copy of a tied embedding (megatron marks it ``shared``; it is kept equal
+    to the first stage's) is left out: the model has that parameter once, as with one stage."""
     out = []
     for name, param in model.named_parameters():
-        if not param.requires_grad:
+        if not param.requires_grad or getattr(param, "shared", False):
             continue
         bare = unwrap_name(name)
         if layer_offset:

@@ -45,8 +45,6 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
     if device == "cpu":
         if tr.precision == "bf16":
             raise ValueError("training.precision: bf16 needs the GPU path; use fp32 on CPU")
-        if par.pipeline_model_parallel_size > 1:
-            raise ValueError("parallel.pipeline_model_parallel_size: > 1 needs the GPU path (megatron schedules)")
         if par.sequence_parallel:
             raise ValueError("parallel.sequence_parallel: needs the GPU path")
         if m.recompute != "none":

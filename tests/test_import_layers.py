@@ -159,3 +159,21 @@ def test_moved_modules_warn_and_alias_their_new_home(old, new):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("True ["), out.stdout
     assert f"{old} moved to {new}" in out.stdout
+
+
+def test_nothing_imports_a_deprecated_alias():
+    """The aliases are for users' code; the toolkit itself uses the new homes."""
+    aliases = {p[: -len(".py")].replace("/", ".") for p in DEPRECATED_ALIASES}
+    bad = []
+    for path in sorted(REPO.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if rel.parts[0].startswith(".") or str(rel) in DEPRECATED_ALIASES or rel.name == "test_import_layers.py":
+            continue
+        for name, line in imported_modules(path).items():
+            if name in aliases:
+                bad.append(f"{rel}:{line} imports {name}")
+        for node in ast.walk(ast.parse(path.read_text())):  # runconfig.atomic_write_* (moved names)
+            if isinstance(node, ast.ImportFrom) and node.module == "runconfig":
+                moved = [a.name for a in node.names if a.name.startswith("atomic_write")]
+                bad += [f"{rel}:{node.lineno} imports runconfig.{n}" for n in moved]
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,4 @@
-"""The trainer's named parts (training/loop_parts.py) and the run-directory module (runconfig/run_dir.py),
+"""The trainer's named parts (training/loop_parts.py) and the run-directory module (rundir/files.py),
 each on its own: hand-computed numbers, no model."""
 
 from __future__ import annotations

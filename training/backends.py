@@ -10,8 +10,9 @@ grad norm, whether the update was applied), ``evaluate(micro_batches) -> float``
   ``dist_checkpointing``.
 * :class:`CpuBackend`: gloo, torch ``DistributedDataParallel`` over megatron's data-parallel
   group when DP > 1, the same megatron param groups on a torch optimizer
-  (:class:`training.optim.CpuOptimizer`), plain micro-batch accumulation. Pipeline
-  parallelism and sequence parallelism need the GPU path.
+  (:class:`training.optim.CpuOptimizer`), plain micro-batch accumulation. With pipeline
+  parallelism, megatron's schedule and ``finalize_model_grads`` run the step instead
+  (:class:`training.pipeline.CpuPipeline`). Sequence parallelism needs the GPU path.
 
 Both reduce the loss the same way: the (sum of token losses, token count) pair is summed over
 the whole world, so tensor-parallel duplicates and non-final pipeline stages (zeros) cancel in
@@ -33,6 +34,7 @@ from megatron.core import parallel_state
 from patches.rules import ResolvedParametrization
 from runconfig.schema import RunConfig
 from training.optim import CpuOptimizer
+from training.pipeline import CpuPipeline
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,17 @@ class CpuBackend:
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, resolved: ResolvedParametrization | None) -> None:
         self.model = model
         self.optimizer = CpuOptimizer(cfg, [model], resolved)
+        self.layout = _layout()
+        # Pipeline stages run megatron's schedule, which also reduces data-parallel grads.
+        self.pipeline = (
+            CpuPipeline(model, cfg.model.seq_length, cfg.training.micro_batch_size) if self.layout["pp"] > 1 else None
+        )
         dp_group = parallel_state.get_data_parallel_group()
         self.ddp = (
             torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group)
-            if parallel_state.get_data_parallel_world_size() > 1
+            if self.layout["dp"] > 1 and self.pipeline is None
             else None
         )
-        self.layout = _layout()
 
     @property
     def param_groups(self) -> list[dict]:
@@ -109,6 +115,9 @@ class CpuBackend:
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]]) -> StepResult:
         self.model.train()
         self.optimizer.zero_grad()
+        if self.pipeline is not None:
+            stats = self.pipeline.run(micro_batches, forward_only=False)
+            return self._apply(_world_mean(stats[0], stats[1]))
         total = sum(mb["loss_mask"].sum() for mb in micro_batches)
         loss_sum = torch.zeros((), dtype=torch.float64)
         last = len(micro_batches) - 1
@@ -118,7 +127,9 @@ class CpuBackend:
                 token_loss = (self._forward(mb) * mb["loss_mask"]).sum()
                 (token_loss / total).backward()
             loss_sum += token_loss.detach().double()
-        loss = _world_mean(loss_sum, torch.as_tensor(total))
+        return self._apply(_world_mean(loss_sum, torch.as_tensor(total)))
+
+    def _apply(self, loss: float) -> StepResult:
         if not torch.isfinite(torch.tensor(loss)):
             self.optimizer.zero_grad()
             return StepResult(loss, float("nan"), False)
@@ -128,6 +139,10 @@ class CpuBackend:
     @torch.no_grad()
     def evaluate(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
         self.model.eval()
+        if self.pipeline is not None:
+            stats = self.pipeline.run(micro_batches, forward_only=True)
+            self.model.train()
+            return _world_mean(stats[0], stats[1])
         loss_sum = torch.zeros((), dtype=torch.float64)
         tokens = torch.zeros((), dtype=torch.float64)
         for mb in micro_batches:

@@ -6,7 +6,8 @@ Layout of ``RUN_DIR/checkpoints/step_XXXXXXXX/``:
   resolved parametrization table and config (compared on resume);
 * ``scheduler.pt``: megatron ``OptimizerParamScheduler`` state;
 * ``rng_rank{R}.pt``: python / numpy / torch (and CUDA + megatron tracker) RNG per rank;
-* model and optimizer state: on CPU ``model_tp{T}_pp{P}.pt`` from data-parallel rank 0;
+* model and optimizer state: on CPU ``model_tp{T}_pp{P}.pt`` from data-parallel rank 0 (one
+  per tensor-parallel rank and pipeline stage, the stage's own parameter names);
   on GPU a ``dist/`` folder written by megatron ``dist_checkpointing`` (resharding-capable).
 
 Every rank writes into ``step_XXXXXXXX.tmp/``; after a barrier rank 0 renames it and then
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,8 +135,9 @@ class Checkpoint:
     run_dir: Path
     path: Path
     step: int
-    format: str  # "cpu" (model_tp{T}_pp0.pt per tensor-parallel rank) | "dist" (dist/ folder)
+    format: str  # "cpu" (model_tp{T}_pp{P}.pt per model-parallel rank) | "dist" (dist/ folder)
     tp: int = 1  # tensor-parallel ranks of a CPU checkpoint (joined on reading)
+    pp: int = 1  # pipeline stages of a CPU checkpoint (joined on reading)
 
 
 def one_process_config(cfg: Any) -> Any:
@@ -150,7 +153,7 @@ def one_process_config(cfg: Any) -> Any:
 def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     """The latest checkpoint of ``run_dir`` (or the one of ``step``) whose model weights can be read
     into one process: a GPU ``dist/`` checkpoint (any layout: it reshards) or a CPU one (its
-    tensor-parallel shards are joined; CPU runs have no pipeline stages)."""
+    tensor-parallel shards and pipeline stages are joined)."""
     if step is None:
         try:
             path = latest_checkpoint(run_dir)
@@ -170,12 +173,13 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
         return Checkpoint(run_dir, path, int(common.get("step", -1)), "dist")
     layout = common.get("layout") or {}
     tp, pp = int(layout.get("tp", 1)), int(layout.get("pp", 1))
-    if pp != 1:
-        raise CheckpointError(f"{path} is a CPU checkpoint with pp={pp}; CPU checkpoints have no pipeline stages")
-    for rank in range(tp):
-        if not (path / cpu_state_file(rank, 0)).is_file():
-            raise CheckpointError(f"{path} has neither {cpu_state_file(rank, 0)} (tp={tp}) nor a dist/ folder")
-    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp)
+    for stage in range(pp):
+        for rank in range(tp):
+            if not (path / cpu_state_file(rank, stage)).is_file():
+                raise CheckpointError(
+                    f"{path} has neither {cpu_state_file(rank, stage)} (tp={tp}, pp={pp}) nor a dist/ folder"
+                )
+    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp, pp)
 
 
 def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool) -> torch.Tensor:
@@ -193,15 +197,43 @@ def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool)
     return torch.cat(shards, dim=param.partition_dim)
 
 
+def _stage_state(cfg: Any, ckpt: Checkpoint, tp_rank: int, stage: int) -> dict[str, Any]:
+    """One model-parallel rank's file, with global layer numbers (megatron's layer offset of the
+    stage) and without the last stage's copy of a tied embedding (the model has it once)."""
+    file = ckpt.path / cpu_state_file(tp_rank, stage)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["model"]
+    except Exception as exc:  # a truncated or foreign file: say which
+        raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    if ckpt.pp == 1:
+        return state
+    import dataclasses
+
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from training.model import transformer_config
+
+    staged = dataclasses.replace(cfg.parallel, pipeline_model_parallel_size=ckpt.pp)
+    offset = get_transformer_layer_offset(transformer_config(dataclasses.replace(cfg, parallel=staged)), pp_rank=stage)
+    tied = not cfg.model.untie_embeddings_and_output_weights
+    renamed = {}
+    for name, value in state.items():
+        if tied and stage > 0 and name == "output_layer.weight":
+            continue
+        renamed[_LAYER.sub(lambda m: f"decoder.layers.{int(m.group(1)) + offset}.", name)] = value
+    return renamed
+
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
 def _cpu_state(cfg: Any, ckpt: Checkpoint) -> dict[str, Any]:
-    """The model state of a CPU checkpoint, its tensor-parallel shards joined (TP = 1 names)."""
-    shards = []
-    for rank in range(ckpt.tp):
-        file = ckpt.path / cpu_state_file(rank, 0)
-        try:
-            shards.append(torch.load(file, map_location="cpu", weights_only=False, mmap=True)["model"])
-        except Exception as exc:  # a truncated or foreign file: say which
-            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    """The model state of a CPU checkpoint, its pipeline stages and tensor-parallel shards joined
+    (TP = PP = 1 names)."""
+    shards = [
+        {k: v for stage in range(ckpt.pp) for k, v in _stage_state(cfg, ckpt, rank, stage).items()}
+        for rank in range(ckpt.tp)
+    ]
     if ckpt.tp == 1:
         return shards[0]
     from training.model import Placement, build_model

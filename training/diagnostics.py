@@ -23,14 +23,13 @@ diagnostics on or off (tested).
 
 Parallel layouts: tensor-parallel shards contribute their sums of squares, all-reduced over
 the tensor group; pipeline stages each measure their own layers and global rank 0 gathers
-the rows. Activation rows need the whole model in one process and are not recorded with
-pipeline parallelism (a note is logged once); with sequence parallelism the stream's sums
-of squares are all-reduced over the tensor group.
+the rows. With pipeline parallelism the probe's stream is passed from stage to stage (each
+stage receives the previous stage's output, as in a forward of megatron's schedule); with
+sequence parallelism the stream's sums of squares are all-reduced over the tensor group.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -39,8 +38,6 @@ import torch
 import torch.distributed as dist
 
 from patches.table import global_named_parameters, layer_of
-
-log = logging.getLogger("train_gpt")
 
 ACTIVATION_KINDS = ("residual", "attention_branch", "mlp_branch")
 
@@ -175,12 +172,35 @@ class Diagnostics:
             )
         return rows
 
+    def _stage_forward(self) -> None:
+        """The probe forward of this rank's layers: the whole model, or one pipeline stage that
+        receives the stream from the previous stage and sends its output to the next."""
+        pp = self.pp_group is not None and dist.get_world_size(self.pp_group) > 1
+        if not pp:
+            self.model(self.probe["tokens"], self.probe["position_ids"], None)
+            return
+        ranks = dist.get_process_group_ranks(self.pp_group)
+        stage = ranks.index(dist.get_rank())
+        tokens = self.probe["tokens"]
+        config = self._gpt.config
+        dtype = config.pipeline_dtype or torch.float32  # what megatron's schedule sends between stages
+        if stage > 0:
+            tp = dist.get_world_size(self.tp_group) if self.sequence_parallel and self.tp_group is not None else 1
+            stream = torch.empty(
+                (tokens.shape[1] // tp, tokens.shape[0], config.hidden_size), dtype=dtype, device=tokens.device
+            )
+            dist.recv(stream, src=ranks[stage - 1], group=self.pp_group)
+            self._gpt.set_input_tensor(stream)
+        try:
+            out = self.model(tokens, self.probe["position_ids"], None)
+        finally:
+            if stage > 0:
+                self._gpt.set_input_tensor(None)
+        if stage < len(ranks) - 1:
+            dist.send(out.to(dtype).contiguous(), dst=ranks[stage + 1], group=self.pp_group)
+
     def _activation_rows(self, step: int) -> list[dict[str, Any]]:
         if self.probe is None:
-            return []
-        if self.pp_group is not None and dist.get_world_size(self.pp_group) > 1:
-            if step == self.interval:
-                log.info("diagnostics: activation rows are not recorded with pipeline parallelism")
             return []
         layers = self._layers
         found: dict[int, dict[str, torch.Tensor]] = {i: {} for i in range(len(layers))}
@@ -209,7 +229,7 @@ class Diagnostics:
         if self._gpt is not None:
             self._gpt.post_process = False
         try:
-            self.model(self.probe["tokens"], self.probe["position_ids"], None)
+            self._stage_forward()
         finally:
             for h in hooks:
                 h.remove()

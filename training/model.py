@@ -9,6 +9,7 @@ benchmarks).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -24,6 +25,7 @@ import patches
 from patches.rules import ResolvedParametrization
 from runconfig.schema import RunConfig, resolve
 from training.attention import RopeSelfAttention, SDPAttention
+from training.pipeline import cuda_placements_on_cpu
 
 ACTIVATIONS = {
     "gelu": (torch.nn.functional.gelu, False),
@@ -120,17 +122,21 @@ def build_model(
         spec = patches.patch_layer_spec(spec, resolved, block=cfg.model.block, linear1_phi=cfg.model.linear1_phi)
     elif cfg.model.block != "standard":
         raise ValueError("model.block=linear1 exists only in the patched model")
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=spec,
-        vocab_size=vocab_size,
-        max_sequence_length=cfg.model.seq_length,
-        pre_process=parallel_state.is_pipeline_first_stage(),
-        post_process=parallel_state.is_pipeline_last_stage(),
-        share_embeddings_and_output_weights=not cfg.model.untie_embeddings_and_output_weights,
-        position_embedding_type=cfg.model.position_embedding_type,
-        parallel_output=True,
-    )
+    # A tied output weight of a pipeline model is synced with megatron's `.cuda()` + all-reduce:
+    # on the CPU path the tensor stays where it is (training/pipeline.py).
+    cpu_pipeline = placement.device != "cuda" and parallel_state.get_pipeline_model_parallel_world_size() > 1
+    with cuda_placements_on_cpu() if cpu_pipeline else contextlib.nullcontext():
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vocab_size=vocab_size,
+            max_sequence_length=cfg.model.seq_length,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            share_embeddings_and_output_weights=not cfg.model.untie_embeddings_and_output_weights,
+            position_embedding_type=cfg.model.position_embedding_type,
+            parallel_output=True,
+        )
     if patched:
         patches.attach(model, resolved)
     if cfg.model.compile:
