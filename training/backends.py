@@ -34,7 +34,7 @@ from megatron.core import parallel_state
 from patches.rules import ResolvedParametrization
 from runconfig.schema import RunConfig
 from training.optim import CpuOptimizer
-from training.pipeline import CpuPipeline
+from training.pipeline import CpuPipeline, token_loss_forward_step
 
 
 @dataclass(frozen=True)
@@ -226,22 +226,8 @@ class GpuBackend:
 
     def _run(self, micro_batches: list[dict[str, torch.Tensor]], forward_only: bool) -> float:
         stats = torch.zeros(2, dtype=torch.float64, device="cuda")
-
-        def forward_step(data_iterator, model):
-            mb = {k: v.cuda(non_blocking=True) for k, v in next(data_iterator).items()}
-            output = model(mb["tokens"], mb["position_ids"], None, labels=mb["labels"])
-
-            def loss_func(output_tensor: torch.Tensor):
-                mask = mb["loss_mask"].view(-1).float()
-                token_loss = (output_tensor.float().view(-1) * mask).sum()
-                stats[0] += token_loss.detach().double()
-                stats[1] += mask.sum().double()
-                return token_loss, mask.sum().to(torch.int), {"lm loss": token_loss.detach()}
-
-            return output, loss_func
-
         self.forward_backward(
-            forward_step_func=forward_step,
+            forward_step_func=token_loss_forward_step(stats, lambda t: t.cuda(non_blocking=True)),
             data_iterator=iter(micro_batches),
             model=[self.model],
             num_microbatches=len(micro_batches),

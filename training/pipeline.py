@@ -28,7 +28,7 @@ without CUDA; each replaces exactly what megatron-core 0.16.1 pins to the GPU on
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -141,6 +141,30 @@ class CpuStage(torch.nn.Module):
                 p.grad.mul_(scaling)
 
 
+def token_loss_forward_step(
+    stats: torch.Tensor, move: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+) -> Callable[[Iterator[dict[str, torch.Tensor]], torch.nn.Module], tuple]:
+    """The ``forward_step_func`` megatron's schedules call, for both backends: the summed token
+    loss of a micro-batch (megatron divides by the all-reduced token count,
+    ``calculate_per_token_loss``), with (loss sum, tokens) added into ``stats`` for the report.
+    ``move`` puts a micro-batch's tensors where the model is (the GPU path)."""
+
+    def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: torch.nn.Module) -> tuple:
+        mb = {k: move(v) for k, v in next(data_iterator).items()}
+        output = model(mb["tokens"], mb["position_ids"], None, labels=mb["labels"])
+
+        def loss_func(output_tensor: torch.Tensor):
+            mask = mb["loss_mask"].view(-1).float()
+            token_loss = (output_tensor.float().view(-1) * mask).sum()
+            stats[0] += token_loss.detach().double()
+            stats[1] += mask.sum().double()
+            return token_loss, mask.sum().to(torch.int), {"lm loss": token_loss.detach()}
+
+        return output, loss_func
+
+    return forward_step
+
+
 class CpuPipeline:
     """One pipeline-parallel step through megatron's schedule on the CPU (see the module docstring)."""
 
@@ -166,23 +190,9 @@ class CpuPipeline:
         """Forward (and backward) of this rank's micro-batches; returns this rank's
         (token-loss sum, token count), non-zero on the last stage only."""
         stats = torch.zeros(2, dtype=torch.float64)
-
-        def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], model: torch.nn.Module):
-            mb = next(data_iterator)
-            output = model(mb["tokens"], mb["position_ids"], None, labels=mb["labels"])
-
-            def loss_func(output_tensor: torch.Tensor):
-                mask = mb["loss_mask"].view(-1).float()
-                token_loss = (output_tensor.float().view(-1) * mask).sum()
-                stats[0] += token_loss.detach().double()
-                stats[1] += mask.sum().double()
-                return token_loss, mask.sum().to(torch.int), {"lm loss": token_loss.detach()}
-
-            return output, loss_func
-
         with cuda_placements_on_cpu():
             self.forward_backward(
-                forward_step_func=forward_step,
+                forward_step_func=token_loss_forward_step(stats),
                 data_iterator=iter(micro_batches),
                 model=[self.stage],
                 num_microbatches=len(micro_batches),
