@@ -27,6 +27,7 @@ from data_prep.shards import Shard, plan_shards
 from data_prep.stages import DataPrepError, Job, Stage
 from data_prep.tokenizer import load_tokenizer
 from data_prep.writer import tokenize_shard
+from runconfig.allocation import allocated_cpus
 
 __all__ = ["DataPrepError", "clean_work", "manifest_without_run", "run", "run_task"]
 logger = logging.getLogger("data_prep")
@@ -64,11 +65,8 @@ def _executor(workers: int) -> cf.Executor:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (a SLURM allocation or a taskset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The cores this process may use (a SLURM allocation or a taskset: runconfig.allocation), not the machine's."""
+    return allocated_cpus()
 
 
 def _workers(cfg: DataPrepConfig, units: int) -> int:

@@ -37,6 +37,8 @@ def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, 
     """The array job script: task i -> line i+1 of ``list_file`` -> ``launch run --only ID``."""
     opts = SlurmOptions(**plan.slurm)
     gpus = plan.executor.gpus_per_run
+    if opts.cpus_per_task is None and not gpus:  # CPU runs: one thread each unless the spec asks for more
+        opts.cpus_per_task = 1
     resources = {"array": f"0-{count - 1}%{max_parallel}", "nodes": 1, "ntasks": 1, "gpus": gpus or None}
     prelude = [
         f"run_list={quote(str(list_file))}",

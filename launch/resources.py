@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from launch.errors import LaunchError
+from runconfig.allocation import allocated_cpus
 
 CPU_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -23,10 +24,8 @@ class Slot:
 
 
 def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """The CPUs of this process's allocation (``runconfig.allocation``)."""
+    return allocated_cpus()
 
 
 def visible_gpus() -> list[str]:
