@@ -1,8 +1,9 @@
 """Launch training jobs and resumable LR x depth sweeps: ``python -m launch {job,sweep,run,status,demo}``.
 
-Exit codes: 0 done; 1 a run (or submission) failed; 2 bad input (the message names the file,
-key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or runs left
-pending (rerun to resume). ``job`` under local/torchrun/deepspeed exits with the launcher's code.
+Exit codes (launch.errors): 0 done; 1 a run (or submission) failed; 2 bad input (the message
+names the file, key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or
+runs left pending (rerun to resume). ``sweep``, ``run`` and ``status`` say the same of the same
+run states; ``job`` under local/torchrun/deepspeed exits with the launcher's code.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from launch.errors import LaunchError
+from launch.errors import EXIT_OK, EXIT_RESUMABLE, EXIT_USAGE, LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
 from runconfig.scripts import ScriptError
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUSY, EXIT_RESUMABLE = 0, 1, 2, 4, 75
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,7 +135,7 @@ def _check_positive(name: str, value: Optional[int], low: int) -> None:
 
 def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> int:
     from launch.executor_local import execute, select_runs
-    from launch.status import collect_states, count_states, print_report, write_results
+    from launch.status import count_states, exit_code, print_report, snapshot
 
     execution = execute(
         sweep_dir,
@@ -146,19 +145,13 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
         max_retries=args.max_retries,
         progress=not args.no_progress,
     )
-    states = collect_states(sweep_dir, plan)
+    states, path, rows = snapshot(sweep_dir, plan)
     print_report(sweep_dir, plan, states, sys.stdout)
-    path, rows = write_results(sweep_dir, plan, states)
     print(f"wrote {path} ({rows} rows)")
     selected = {run.run_id for run in select_runs(plan, only)}
-    counts = count_states({rid: s for rid, s in states.items() if rid in selected})
     if execution.interrupted:
         return EXIT_RESUMABLE
-    if counts["failed"]:
-        return EXIT_FAILED
-    if counts["running"]:
-        return EXIT_BUSY
-    return EXIT_RESUMABLE if counts["pending"] else EXIT_OK
+    return exit_code(count_states({rid: s for rid, s in states.items() if rid in selected}))
 
 
 def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> int:
@@ -201,16 +194,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from launch.status import collect_states, print_report, write_results
+    from launch.status import count_states, exit_code, print_report, snapshot
     from launch.sweep_dir import read_plan
 
     sweep_dir = Path(args.sweep_dir).resolve()
     plan = read_plan(sweep_dir)
-    states = collect_states(sweep_dir, plan)
+    states, path, rows = snapshot(sweep_dir, plan)
     print_report(sweep_dir, plan, states, sys.stdout)
-    path, rows = write_results(sweep_dir, plan, states)
     print(f"wrote {path} ({rows} rows)")
-    return EXIT_OK
+    return exit_code(count_states(states))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from launch.commands import REPO_ROOT
-from launch.errors import LaunchError
+from launch.errors import EXIT_BUSY, EXIT_FAILED, EXIT_OK, LaunchError
 from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import SweepPlan
@@ -65,7 +65,21 @@ def queued_run_ids(sweep_dir: Path) -> set[str]:
     An adaptive study resubmits as its plan grows; runs of a live array are left out so no
     run waits in the queue twice. Raises :class:`LaunchError` without ``squeue``.
     """
-    out: set[str] = set()
+    return set(live_arrays(sweep_dir))
+
+
+def _live_arrays(sweep_dir: Path, dry_run: bool) -> dict[str, str]:
+    try:
+        return live_arrays(sweep_dir)
+    except LaunchError:
+        if dry_run:  # a dry run may be made where SLURM is not
+            return {}
+        raise
+
+
+def live_arrays(sweep_dir: Path) -> dict[str, str]:
+    """``run ID -> job id`` of this sweep's array jobs that ``squeue`` still lists."""
+    out: dict[str, str] = {}
     for record in sorted((sweep_dir / SUBMISSIONS_DIR).glob(f"*/{JOB_FILE}")):
         try:
             job_id = str(json.loads(record.read_text())["job_id"])
@@ -76,7 +90,7 @@ def queued_run_ids(sweep_dir: Path) -> set[str]:
         except FileNotFoundError:
             raise LaunchError("squeue not found on PATH (is this a SLURM login node?)") from None
         if proc.returncode == 0 and proc.stdout.strip():  # an unknown (long finished) job exits 1
-            out.update((record.parent / LIST_FILE).read_text().split())
+            out.update(dict.fromkeys((record.parent / LIST_FILE).read_text().split(), job_id))
     return out
 
 
@@ -89,16 +103,36 @@ def submit_array(
     cwd: Path,
     exclude: Collection[str] = (),
 ) -> int:
-    """Submit one array over the runs that need work (less ``exclude``); return the CLI's exit code."""
+    """Submit one array over the runs that need work, less ``exclude`` and the runs of this sweep's
+    arrays that ``squeue`` still lists; return the CLI's exit code (launch.errors).
+
+    Nothing to submit exits 0 when every run is completed or diverged, 1 when some failed and
+    are out of retries, 4 when every run left is in a live array (submitting it again would
+    start a second task for it, which would find it locked and end as busy).
+    """
     sweep_dir = sweep_dir.resolve()
-    pending = [
-        r.run_id
-        for r in plan.runs
-        if r.run_id not in exclude and run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries).needs_work
-    ]
+    states = {r.run_id: run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries) for r in plan.runs}
+    needed = [rid for rid, state in states.items() if state.needs_work and rid not in exclude]
+    live = _live_arrays(sweep_dir, dry_run) if needed else {}
+    pending = [rid for rid in needed if rid not in live]
+    held = sorted({live[rid] for rid in needed if rid in live}, key=int)
     if not pending:
-        print(f"[launch] sweep {plan.name}: nothing to submit (every run is final or out of retries)", file=sys.stderr)
-        return 0
+        if held:
+            print(f"[launch] sweep {plan.name}: the {len(needed)} runs that need work are in array job "
+                  f"{', '.join(held)}, still queued or running (squeue); nothing submitted. Wait for it, "
+                  "or scancel it and run this again", file=sys.stderr)  # fmt: skip
+            return EXIT_BUSY
+        gave_up = sum(1 for s in states.values() if s.gave_up)
+        if gave_up:
+            runs = "1 run failed and is" if gave_up == 1 else f"{gave_up} runs failed and are"
+            print(f"[launch] sweep {plan.name}: nothing to submit: {runs} out of retries (`python -m launch "
+                  f"status {sweep_dir}` lists them; --max-retries N gives them more)", file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        print(f"[launch] sweep {plan.name}: nothing to submit (every run is completed or diverged)", file=sys.stderr)
+        return EXIT_OK
+    if held:
+        print(f"[launch] sweep {plan.name}: skipped {len(needed) - len(pending)} runs of live array job "
+              f"{', '.join(held)} (squeue)", file=sys.stderr)  # fmt: skip
     if len(pending) > MAX_ARRAY_SIZE:
         raise LaunchError(
             f"sweep {plan.name}: {len(pending)} runs exceed SLURM's default MaxArraySize ({MAX_ARRAY_SIZE}); "

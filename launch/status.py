@@ -9,6 +9,7 @@ else from the values resolved when the sweep was expanded. The file is written a
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -27,6 +28,7 @@ from launch.contract import (
     TAIL_COLUMNS,
     canonical_values,
 )
+from launch.errors import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_RESUMABLE
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
@@ -34,6 +36,7 @@ from runconfig import atomic_write_text, flatten
 from runconfig.run_dir import read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
+RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states while holding it
 RESULT_STATUS = {"completed": "completed", "diverged": "diverged", "failed": "failed", "running": "pending"}
 
 
@@ -46,6 +49,16 @@ def count_states(states: Mapping[str, RunState]) -> dict[str, int]:
     for state in states.values():
         counts[state.status] += 1
     return counts
+
+
+def exit_code(counts: Mapping[str, int]) -> int:
+    """What ``sweep``/``run``/``status`` exit with for these run states: 1 if any failed, else 4
+    if any runs elsewhere, else 75 if any is pending, else 0 (all completed or diverged)."""
+    if counts["failed"]:
+        return EXIT_FAILED
+    if counts["running"]:
+        return EXIT_BUSY
+    return EXIT_RESUMABLE if counts["pending"] else EXIT_OK
 
 
 def _cell(value: Any) -> str:
@@ -121,6 +134,20 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
+
+
+def snapshot(sweep_dir: Path, plan: SweepPlan) -> tuple[dict[str, RunState], Path, int]:
+    """Every run's state, and ``results.csv`` written from it, read while holding ``results.lock``.
+
+    The array tasks of a sweep write the file at the same time; with the states read inside
+    the lock each write is at least as new as the one before it (a state only moves on to
+    final), so a slower task can never write a finished run back as running or pending.
+    """
+    with open(sweep_dir / RESULTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        states = collect_states(sweep_dir, plan)
+        path, rows = write_results(sweep_dir, plan, states)
+    return states, path, rows
 
 
 def write_results(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> tuple[Path, int]:
