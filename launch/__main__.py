@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         "--sbatch-line", action="append", default=[], help="extra sbatch option; write it as --sbatch-line=--qos=high"
     )
     job.add_argument("--signal-grace", type=int, default=120, help="SIGTERM this many s before the time limit")
+    job.add_argument("--max-requeues", type=int, default=20,
+                     help="a job whose trainers exit 75 (preempted) while SLURM runs it requeues itself this often")  # fmt: skip
     job.add_argument("--setup", action="append", default=[], help="shell line run before the command")
     job.add_argument("--hostfile", help="DeepSpeed hostfile ('host slots=N' lines)")
     job.add_argument("--deepspeed-launcher", choices=list(DEEPSPEED_BACKENDS), default="pdsh")
@@ -67,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the pending runs of an expanded sweep directory (no spec needed)")
     run.add_argument("sweep_dir")
     run.add_argument("--only", nargs="+", metavar="RUN_ID", help="just these runs")
+    run.add_argument("--echo-output", action="store_true",
+                     help="also copy each trainer's output to stdout as it is written (a SLURM array task's log)")  # fmt: skip
     _executor_flags(run)
 
     status = sub.add_parser("status", help="counts by status; writes SWEEP_DIR/results.csv")
@@ -107,6 +111,7 @@ def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> int:
         sbatch_lines=args.sbatch_line,
         setup=args.setup,
         signal_grace_s=args.signal_grace,
+        max_requeues=args.max_requeues,
     )
     req = JobRequest(
         config=args.config,
@@ -144,6 +149,7 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
         max_parallel=args.max_parallel,
         max_retries=args.max_retries,
         progress=not args.no_progress,
+        echo=sys.stdout.buffer if getattr(args, "echo_output", False) else None,
     )
     states, path, rows = snapshot(sweep_dir, plan)
     print_report(sweep_dir, plan, states, sys.stdout)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
-from typing import IO, Optional, Union
+from typing import IO, BinaryIO, Optional, Union
 
 from tqdm import tqdm
 
@@ -54,6 +54,8 @@ class _Active:
     proc: Union[Popen, ForkedTrainer]
     attempt_id: str
     log: IO[str]
+    log_path: Path
+    echoed: int  # bytes of log_path already copied to the echo stream
 
 
 def select_runs(plan: SweepPlan, only: Optional[list[str]]) -> list[PlannedRun]:
@@ -82,12 +84,15 @@ def execute(
     max_retries: Optional[int] = None,
     progress: bool = True,
     on_done: Optional[Callable[[PlannedRun], Sequence[PlannedRun]]] = None,
+    echo: Optional[BinaryIO] = None,
 ) -> Execution:
     """Run every selected run that needs work; retry failures up to ``max_retries``.
 
     ``on_done(run)`` is called when a run is finished for this invocation (not requeued);
     the runs it returns (already in ``plan``) are queued too. Adaptive sweeps use it to add
     points as results arrive, keeping every slot busy without stage barriers.
+    ``echo``: also copy each trainer's ``output.log`` there as it grows (a SLURM array task's
+    log then holds its trainer's output).
     """
     max_parallel = max_parallel or plan.executor.max_parallel
     max_retries = plan.executor.max_retries if max_retries is None else max_retries
@@ -120,6 +125,7 @@ def execute(
         log_path = rd / OUTPUT_LOG
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a")
+        echoed = log.tell()
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
         env = {**os.environ, **slot.env}
@@ -127,10 +133,22 @@ def execute(
             proc = fork_trainer(argv, env=env, log=log_path)
         else:
             proc = start_child(argv, env=env, stdout=log)
-        active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log))
+        active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log, log_path, echoed))
         result.started += 1
 
+    def copy_output(item: _Active) -> None:
+        if echo is None:
+            return
+        with open(item.log_path, "rb") as fh:
+            fh.seek(item.echoed)
+            data = fh.read()
+        if data:
+            item.echoed += len(data)
+            echo.write(data)
+            echo.flush()
+
     def finish(item: _Active, stopping: bool) -> None:
+        copy_output(item)
         rd = run_dir(sweep_dir, item.run.run_id)
         code = item.proc.returncode
         outcome = outcome_of(code, stopping=stopping)
@@ -165,6 +183,8 @@ def execute(
                 if received:  # the signal came while this child was being started
                     active[-1].proc.terminate()
             time.sleep(POLL_SECONDS)
+            for item in active:
+                copy_output(item)
             for item in [a for a in active if a.proc.poll() is not None]:
                 active.remove(item)
                 free.append(item.slot)

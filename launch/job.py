@@ -20,6 +20,7 @@ from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
 from runconfig import atomic_write_text, sbatch
+from runconfig.requeue import requeue_command
 from runconfig.scripts import SlurmOptions, render_script, sbatch_directives
 from runconfig.shell import Token
 
@@ -96,7 +97,7 @@ def prepare_job(req: JobRequest) -> PreparedJob:
             "ntasks-per-node": per_node,
             "gpus-per-node": req.gpus_per_node or None,
         }
-        directives = sbatch_directives(req.slurm, name=name, resources=resources)
+        directives = sbatch_directives(req.slurm, name=name, resources=resources, requeue=bool(req.slurm.max_requeues))
         slurm_output = str(run_dir / "launch").replace("%", "%%") + "/slurm-%j.out"  # %% = a literal %
         notes.append(f"submitted as: sbatch --parsable --output={slurm_output} <this script>")
         prelude = [HEAD_NODE_LINE]
@@ -105,6 +106,8 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         else:
             prelude += ['export MASTER_ADDR="$head_node"', f"export MASTER_PORT={req.master_port}"]
             command = launchers.srun_per_gpu_command(topo, train.argv())
+        if req.slurm.max_requeues:  # srun exits 75 when the trainers do: the job requeues itself
+            command = requeue_command(command, req.slurm.max_requeues)
     script = render_script(
         title=f"run dir: {run_dir}",
         notes=notes,
