@@ -131,14 +131,19 @@ def run_task(cfg: DataPrepConfig, shards: list[Shard], stage: Stage, rank: int, 
 
     Array tasks of one stage run at the same time on the same output directory, so they take
     the directory's lock shared (a local run takes it exclusively) and leave other tasks'
-    temporary files alone.
+    temporary files alone; the merge, which runs after every other task, takes it exclusively
+    and removes the temporary files of tasks that were killed.
     """
     offline_env()
     started = time.time()
     job = Job(cfg, Path(cfg.output.dir).resolve(), shards)
     job.work.mkdir(parents=True, exist_ok=True)
     mine = stages.units(job, stage)[rank::tasks]
-    with _locked(job.work / ".lock", exclusive=False):
+    # The merge runs once every other task has ended (afterok): alone on the directory, it
+    # removes the temporary files that killed tasks left, as a local run does first.
+    with _locked(job.work / ".lock", exclusive=stage.name == "merge"):
+        if stage.name == "merge":
+            _remove_stale_tmp_files(job.out)
         if stage.name == "plan":
             stages.plan(job)
         elif stage.name == "tokenizer":
