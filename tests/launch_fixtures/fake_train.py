@@ -201,6 +201,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
     def end(status: str, reason, code: int) -> int:
         if status:
             _summary(run_dir, cfg, status, reason, code, step, started)
+        print(f"fake_train: {'completed' if code == 0 else status} {step} steps (exit {code})", flush=True)
         _event(run_dir, event="end", exit_code=code, step=step)
         return code
 
