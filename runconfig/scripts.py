@@ -58,7 +58,8 @@ def sbatch_directives(
     ``signal_batch_shell``: deliver the pre-timeout SIGTERM to the batch shell (``B:``), for
     scripts that ``exec`` the work in the batch step instead of an ``srun`` step.
     ``requeue``: ``--requeue``, so the job may requeue itself (``runconfig.requeue``) even where
-    the cluster's ``JobRequeue`` default says no.
+    the cluster's ``JobRequeue`` default says no, and ``--open-mode=append``, so each run of a
+    requeued job adds to its log instead of truncating it.
     """
     lines = [f"--job-name={job_name(opts.job_name or name)}"]
     lines += [f"--{key}={value}" for key, value in resources.items() if value is not None]
@@ -77,7 +78,7 @@ def sbatch_directives(
     if opts.max_requeues < 0:
         raise ScriptError(f"slurm max_requeues: must be >= 0, got {opts.max_requeues}")
     if requeue:
-        lines.append("--requeue")
+        lines += ["--requeue", "--open-mode=append"]
     for extra in opts.sbatch_lines:
         if not extra.startswith("-") or "\n" in extra or "\r" in extra:
             raise ScriptError(f"slurm sbatch line {extra!r}: must be one sbatch option such as '--qos=high'")
