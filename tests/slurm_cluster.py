@@ -11,7 +11,8 @@ in the environment; batch jobs inherit it from ``sbatch``.
 Settings chosen for a container: ``proctrack/linuxproc`` and ``task/none`` (no cgroups or CPU
 binding needed), ``select/cons_tres`` with ``CR_Core`` (CPUs are allocated, memory is not),
 one node with this machine's CPU count, ``jobcomp/filetxt`` so that the state every job ended in
-can be read back (no accounting daemon here).
+can be read back (no accounting daemon here), and a short credential lifetime so that a
+requeued job waits 11 s instead of SLURM's default 121 s before it runs again.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ INSTALL_HINT = "apt-get install -y slurm-wlm munge (.ci/run does)"
 MUNGE_KEY = Path("/etc/munge/munge.key")
 MUNGE_RUN = Path("/run/munge")
 KILL_WAIT_S = 10  # SIGTERM -> SIGKILL on scancel and at the time limit
+# A requeued job may start again only once its old credential expired (SLURM holds it, reason
+# BeginTime, cred_expire + 1 s): 120 s by default, 10 s here so the requeue tests take seconds.
+CRED_EXPIRE_S = 10
 
 
 class Unavailable(RuntimeError):
@@ -91,13 +95,6 @@ class Cluster:
         lines = path.read_text().splitlines() if path.exists() else []
         return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in lines]
 
-    def release_held(self, job_ids: list[str]) -> None:
-        """Start requeued jobs now: SLURM holds a requeued job for about two minutes (BeginTime)
-        before it may run again; a user may move that begin time, as this does."""
-        for job_id, _ in self.queued(job_ids).items():
-            if self.job(job_id).get("Reason") == "BeginTime":
-                self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
-
     def cancel_all(self) -> None:
         """Cancel every job of this private test cluster (a test's leftovers)."""
         self.run("scancel", f"--user={os.getuid()}", check=False)
@@ -115,6 +112,7 @@ def _conf_text(node: str, cpus: int) -> str:
             f"SlurmctldPort={CTLD_PORT}",
             f"SlurmdPort={SLURMD_PORT}",
             "AuthType=auth/munge",
+            f"AuthInfo=cred_expire={CRED_EXPIRE_S}",
             f"StateSaveLocation={d}/state",
             f"SlurmdSpoolDir={d}/spool",
             f"SlurmctldPidFile={d}/slurmctld.pid",
@@ -124,6 +122,7 @@ def _conf_text(node: str, cpus: int) -> str:
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SchedulerType=sched/backfill",
+            "SchedulerParameters=sched_interval=2,bf_interval=1",  # pending jobs start within seconds
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "ReturnToService=2",
