@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 from launch import launchers
-from launch.commands import TrainInvocation, trainer_command
+from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
 from runconfig import atomic_write_text, sbatch
 from runconfig.requeue import requeue_command
 from runconfig.scripts import SlurmOptions, render_script, sbatch_directives
-from runconfig.shell import Token
+from runconfig.shell import Raw, Token, Word
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU
@@ -98,6 +98,7 @@ def prepare_job(req: JobRequest) -> PreparedJob:
             "gpus-per-node": req.gpus_per_node or None,
         }
         directives = sbatch_directives(req.slurm, name=name, resources=resources, requeue=bool(req.slurm.max_requeues))
+        env["PYTHONPATH"] = Word((str(REPO_ROOT), Raw("${PYTHONPATH:+:$PYTHONPATH}")))  # python -m runconfig.requeue
         slurm_output = str(run_dir / "launch").replace("%", "%%") + "/slurm-%j.out"  # %% = a literal %
         notes.append(f"submitted as: sbatch --parsable --output={slurm_output} <this script>")
         prelude = [HEAD_NODE_LINE]

@@ -238,36 +238,29 @@ def test_sweep_task_log_holds_the_trainer_output(tmp_path, capfd):
     assert len(starts(sweep_dir / "runs" / rid)) == 1
 
 
-def _requeue_script(tmp_path: Path, child: str, restarts: int, state: str) -> subprocess.CompletedProcess:
+def _requeue(tmp_path: Path, code: int, restarts: int, state: str) -> subprocess.CompletedProcess:
+    """A command exiting ``code`` under runconfig.requeue, in SLURM job 31 that squeue shows as ``state``."""
     from runconfig.requeue import requeue_command
 
-    stubs = {"scontrol": dumping("scontrol"), "squeue": f"echo {state}"}
+    stubs = {"scontrol": f'echo "$@" >> "{tmp_path}/scontrol.calls"', "squeue": f"echo {state}"}
     env = env_with(
-        PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}",
-        DUMP_DIR=str(tmp_path),
-        SLURM_JOB_ID="31",
-        SLURM_RESTART_COUNT=str(restarts),
+        PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31", SLURM_RESTART_COUNT=str(restarts)
     )
-    argv = requeue_command([sys.executable, "-c", child], max_requeues=2)
+    argv = requeue_command(["bash", "-c", f"exit {code}"], max_requeues=2)
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 def test_a_preempted_task_requeues_itself_while_slurm_runs_it(tmp_path):
-    done = _requeue_script(tmp_path, "raise SystemExit(75)", restarts=0, state="RUNNING")
+    calls = tmp_path / "scontrol.calls"
+    done = _requeue(tmp_path, 75, restarts=0, state="RUNNING")
     assert done.returncode == 0, done.stderr
-    assert [c["argv"] for c in dumps(tmp_path, "scontrol")] == [["requeue", "31"]]
+    assert calls.read_text() == "requeue 31\n"
     assert "requeueing job 31 (requeue 1 of at most 2)" in done.stderr
-    for f in tmp_path.glob("scontrol-*.json"):
-        f.unlink()
+    calls.unlink()
     # Not when the job is being cancelled (scancel: COMPLETING), nor past the limit, nor for other codes.
-    for child, restarts, state, code in [
-        ("raise SystemExit(75)", 0, "COMPLETING", 75),
-        ("raise SystemExit(75)", 2, "RUNNING", 75),
-        ("raise SystemExit(1)", 0, "RUNNING", 1),
-        ("pass", 0, "RUNNING", 0),
-    ]:
-        assert _requeue_script(tmp_path, child, restarts, state).returncode == code
-    assert dumps(tmp_path, "scontrol") == []
+    for code, restarts, state in [(75, 0, "COMPLETING"), (75, 2, "RUNNING"), (1, 0, "RUNNING"), (0, 0, "RUNNING")]:
+        assert _requeue(tmp_path, code, restarts, state).returncode == code
+    assert not calls.exists()
 
 
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):

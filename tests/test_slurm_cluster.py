@@ -247,9 +247,11 @@ def test_rerun_while_the_array_runs_submits_nothing(slurm: Cluster, tmp_path, mo
 
 def test_slurm_job_runs_torchrun_without_the_environment_on_path(slurm: Cluster, tmp_path, monkeypatch):
     """`launch job --launcher slurm` (srun, then torchrun on the node) from a shell whose PATH
-    has only the system's bin/ (the job inherits it): torchrun is the interpreter's module."""
+    has only the system's bin/ (the job inherits it), in a directory outside the checkout:
+    torchrun is the interpreter's module, the toolkit is found through PYTHONPATH."""
     monkeypatch.setenv("FAKE_STEP_SECONDS", "0")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)  # submitted from outside the checkout: the script must find it
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
