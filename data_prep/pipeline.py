@@ -27,6 +27,7 @@ from data_prep.shards import Shard, plan_shards
 from data_prep.stages import DataPrepError, Job, Stage
 from data_prep.tokenizer import load_tokenizer
 from data_prep.writer import tokenize_shard
+from jobscripts.allocation import allocated_cpus
 
 __all__ = ["DataPrepError", "clean_work", "manifest_without_run", "run", "run_task"]
 logger = logging.getLogger("data_prep")
@@ -64,11 +65,8 @@ def _executor(workers: int) -> cf.Executor:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (a SLURM allocation or a taskset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """The cores this process may use (a SLURM allocation or a taskset: jobscripts.allocation), not the machine's."""
+    return allocated_cpus()
 
 
 def _workers(cfg: DataPrepConfig, units: int) -> int:
@@ -133,14 +131,19 @@ def run_task(cfg: DataPrepConfig, shards: list[Shard], stage: Stage, rank: int, 
 
     Array tasks of one stage run at the same time on the same output directory, so they take
     the directory's lock shared (a local run takes it exclusively) and leave other tasks'
-    temporary files alone.
+    temporary files alone; the merge, which runs after every other task, takes it exclusively
+    and removes the temporary files of tasks that were killed.
     """
     offline_env()
     started = time.time()
     job = Job(cfg, Path(cfg.output.dir).resolve(), shards)
     job.work.mkdir(parents=True, exist_ok=True)
     mine = stages.units(job, stage)[rank::tasks]
-    with _locked(job.work / ".lock", exclusive=False):
+    # The merge runs once every other task has ended (afterok): alone on the directory, it
+    # removes the temporary files that killed tasks left, as a local run does first.
+    with _locked(job.work / ".lock", exclusive=stage.name == "merge"):
+        if stage.name == "merge":
+            _remove_stale_tmp_files(job.out)
         if stage.name == "plan":
             stages.plan(job)
         elif stage.name == "tokenizer":

@@ -61,16 +61,17 @@ class Stage:
     sharded: bool  # units are split among tasks; else one task does the one unit
     near_dedup: bool  # runs only with clean.near_dedup.enabled
     about: str
+    short: str  # SLURM job name after "dp-" (squeue shows 8 characters)
 
 
 STAGES = (
-    Stage("clean", True, False, "read, normalize, filter and hash each shard"),
-    Stage("signatures", True, True, "MinHash signatures of each clean shard"),
-    Stage("buckets", True, True, "near-duplicate pairs of each LSH band"),
-    Stage("plan", False, False, "error budget, exact and near dedup, train/valid split"),
-    Stage("tokenizer", False, False, "train the tokenizer once, or copy the given one"),
-    Stage("tokenize", True, False, "token streams of each shard"),
-    Stage("merge", False, False, "Megatron .bin/.idx and manifest.json"),
+    Stage("clean", True, False, "read, normalize, filter and hash each shard", "clean"),
+    Stage("signatures", True, True, "MinHash signatures of each clean shard", "sigs"),
+    Stage("buckets", True, True, "near-duplicate pairs of each LSH band", "bkts"),
+    Stage("plan", False, False, "error budget, exact and near dedup, train/valid split", "plan"),
+    Stage("tokenizer", False, False, "train the tokenizer once, or copy the given one", "vocab"),
+    Stage("tokenize", True, False, "token streams of each shard", "tok"),
+    Stage("merge", False, False, "Megatron .bin/.idx and manifest.json", "merge"),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 

@@ -35,6 +35,9 @@ class SlurmOptions:
     sbatch_lines: list[str] = field(default_factory=list)  # extra options, e.g. "--qos=high"
     setup: list[str] = field(default_factory=list)  # shell lines before the command (module load, venv)
     signal_grace_s: int = 120  # SIGTERM this long before the time limit: checkpoint, exit 75; 0: off
+    max_requeues: int = (
+        20  # a job whose command exits 75 while SLURM runs it requeues itself (jobscripts.requeue); 0: never
+    )
 
 
 def job_name(text: str) -> str:
@@ -48,11 +51,15 @@ def sbatch_directives(
     name: str,
     resources: Mapping[str, object],
     signal_batch_shell: bool = False,
+    requeue: bool = False,
 ) -> list[str]:
     """``#SBATCH`` lines: the job name, ``resources`` (option -> value, None skipped), then ``opts``.
 
     ``signal_batch_shell``: deliver the pre-timeout SIGTERM to the batch shell (``B:``), for
     scripts that ``exec`` the work in the batch step instead of an ``srun`` step.
+    ``requeue``: ``--requeue``, so the job may requeue itself (``jobscripts.requeue``) even where
+    the cluster's ``JobRequeue`` default says no, and ``--open-mode=append``, so each run of a
+    requeued job adds to its log instead of truncating it.
     """
     lines = [f"--job-name={job_name(opts.job_name or name)}"]
     lines += [f"--{key}={value}" for key, value in resources.items() if value is not None]
@@ -68,6 +75,10 @@ def sbatch_directives(
         lines.append(f"--cpus-per-task={opts.cpus_per_task}")
     if opts.signal_grace_s:
         lines.append(f"--signal={'B:' if signal_batch_shell else ''}TERM@{int(opts.signal_grace_s)}")
+    if opts.max_requeues < 0:
+        raise ScriptError(f"slurm max_requeues: must be >= 0, got {opts.max_requeues}")
+    if requeue:
+        lines += ["--requeue", "--open-mode=append"]
     for extra in opts.sbatch_lines:
         if not extra.startswith("-") or "\n" in extra or "\r" in extra:
             raise ScriptError(f"slurm sbatch line {extra!r}: must be one sbatch option such as '--qos=high'")

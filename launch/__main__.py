@@ -1,8 +1,9 @@
 """Launch training jobs and resumable LR x depth sweeps: ``python -m launch {job,sweep,run,status,demo}``.
 
-Exit codes: 0 done; 1 a run (or submission) failed; 2 bad input (the message names the file,
-key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or runs left
-pending (rerun to resume). ``job`` under local/torchrun/deepspeed exits with the launcher's code.
+Exit codes (launch.errors): 0 done; 1 a run (or submission) failed; 2 bad input (the message
+names the file, key, grid entry or flag); 4 some runs are running elsewhere; 75 interrupted, or
+runs left pending (rerun to resume). ``sweep``, ``run`` and ``status`` say the same of the same
+run states; ``job`` under local/torchrun/deepspeed exits with the launcher's code.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Optional
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
-from rundir.contract import ExitCode, Status
+from rundir.contract import ExitCode
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         "--sbatch-line", action="append", default=[], help="extra sbatch option; write it as --sbatch-line=--qos=high"
     )
     job.add_argument("--signal-grace", type=int, default=120, help="SIGTERM this many s before the time limit")
+    job.add_argument("--max-requeues", type=int, default=20,
+                     help="a job whose trainers exit 75 (preempted) while SLURM runs it requeues itself this often")  # fmt: skip
     job.add_argument("--setup", action="append", default=[], help="shell line run before the command")
     job.add_argument("--hostfile", help="DeepSpeed hostfile ('host slots=N' lines)")
     job.add_argument("--deepspeed-launcher", choices=list(DEEPSPEED_BACKENDS), default="pdsh")
@@ -67,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the pending runs of an expanded sweep directory (no spec needed)")
     run.add_argument("sweep_dir")
     run.add_argument("--only", nargs="+", metavar="RUN_ID", help="just these runs")
+    run.add_argument("--echo-output", action="store_true",
+                     help="also copy each trainer's output to stdout as it is written (a SLURM array task's log)")  # fmt: skip
     _executor_flags(run)
 
     status = sub.add_parser("status", help="counts by status; writes SWEEP_DIR/results.csv")
@@ -107,6 +112,7 @@ def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> ExitCode:
         sbatch_lines=args.sbatch_line,
         setup=args.setup,
         signal_grace_s=args.signal_grace,
+        max_requeues=args.max_requeues,
     )
     req = JobRequest(
         config=args.config,
@@ -135,7 +141,7 @@ def _check_positive(name: str, value: Optional[int], low: int) -> None:
 
 def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> ExitCode:
     from launch.executor_local import execute, select_runs
-    from launch.status import collect_states, count_states, print_report, write_results
+    from launch.status import count_states, exit_code, print_report, snapshot
 
     execution = execute(
         sweep_dir,
@@ -144,20 +150,15 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
         max_parallel=args.max_parallel,
         max_retries=args.max_retries,
         progress=not args.no_progress,
+        echo=sys.stdout.buffer if getattr(args, "echo_output", False) else None,
     )
-    states = collect_states(sweep_dir, plan)
+    states, path, rows = snapshot(sweep_dir, plan)
     print_report(sweep_dir, plan, states, sys.stdout)
-    path, rows = write_results(sweep_dir, plan, states)
     print(f"wrote {path} ({rows} rows)")
     selected = {run.run_id for run in select_runs(plan, only)}
-    counts = count_states({rid: s for rid, s in states.items() if rid in selected})
     if execution.interrupted:
         return ExitCode.RESUMABLE
-    if counts[Status.FAILED]:
-        return ExitCode.FAILED
-    if counts[Status.RUNNING]:
-        return ExitCode.BUSY
-    return ExitCode.RESUMABLE if counts[Status.PENDING] else ExitCode.OK
+    return exit_code(count_states({rid: s for rid, s in states.items() if rid in selected}))
 
 
 def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
@@ -200,16 +201,15 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
 
 
 def _cmd_status(args: argparse.Namespace) -> ExitCode:
-    from launch.status import collect_states, print_report, write_results
+    from launch.status import count_states, exit_code, print_report, snapshot
     from launch.sweep_dir import read_plan
 
     sweep_dir = Path(args.sweep_dir).resolve()
     plan = read_plan(sweep_dir)
-    states = collect_states(sweep_dir, plan)
+    states, path, rows = snapshot(sweep_dir, plan)
     print_report(sweep_dir, plan, states, sys.stdout)
-    path, rows = write_results(sweep_dir, plan, states)
     print(f"wrote {path} ({rows} rows)")
-    return ExitCode.OK
+    return exit_code(count_states(states))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> ExitCode:

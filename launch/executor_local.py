@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
-from typing import IO, Optional, Union
+from typing import IO, BinaryIO, Optional, Union
 
 from tqdm import tqdm
 
@@ -54,6 +54,8 @@ class _Active:
     proc: Union[Popen, ForkedTrainer]
     attempt_id: str
     log: IO[str]
+    log_path: Path
+    echoed: int  # bytes of log_path already copied to the echo stream
 
 
 def select_runs(plan: SweepPlan, only: Optional[list[str]]) -> list[PlannedRun]:
@@ -91,8 +93,10 @@ class LocalExecutor:
         progress: bool,
         on_done: Optional[Callable[[PlannedRun], Sequence[PlannedRun]]],
         runs: Sequence[PlannedRun],
+        echo: Optional[BinaryIO] = None,
     ) -> None:
         self.sweep_dir = sweep_dir
+        self.echo = echo  # also copy each trainer's output.log here as it grows
         self.plan = plan
         self.max_retries = max_retries
         self.on_done = on_done
@@ -116,6 +120,8 @@ class LocalExecutor:
                     if received:  # the signal came while this child was being started
                         self.active[-1].proc.terminate()
                 time.sleep(POLL_SECONDS)
+                for item in self.active:
+                    self._copy_output(item)
                 for item in [a for a in self.active if a.proc.poll() is not None]:
                     self.active.remove(item)
                     self.free.append(item.slot)
@@ -130,6 +136,7 @@ class LocalExecutor:
         log_path = rd / OUTPUT_LOG
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a")  # noqa: SIM115 - closed in _finish
+        echoed = log.tell()
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
         env = {**os.environ, **slot.env}
@@ -137,10 +144,22 @@ class LocalExecutor:
             proc: Union[Popen, ForkedTrainer] = fork_trainer(argv, env=env, log=log_path)
         else:
             proc = start_child(argv, env=env, stdout=log)
-        self.active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log))
+        self.active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log, log_path, echoed))
         self.result.started += 1
 
+    def _copy_output(self, item: _Active) -> None:
+        if self.echo is None:
+            return
+        with open(item.log_path, "rb") as fh:
+            fh.seek(item.echoed)
+            data = fh.read()
+        if data:
+            item.echoed += len(data)
+            self.echo.write(data)
+            self.echo.flush()
+
     def _finish(self, item: _Active, stopping: bool) -> None:
+        self._copy_output(item)
         rd = run_dir(self.sweep_dir, item.run.run_id)
         code = item.proc.returncode
         outcome = outcome_of(code, stopping=stopping)
@@ -178,12 +197,15 @@ def execute(
     max_retries: Optional[int] = None,
     progress: bool = True,
     on_done: Optional[Callable[[PlannedRun], Sequence[PlannedRun]]] = None,
+    echo: Optional[BinaryIO] = None,
 ) -> Execution:
     """Run every selected run that needs work; retry failures up to ``max_retries``.
 
     ``on_done(run)`` is called when a run is finished for this invocation (not requeued);
     the runs it returns (already in ``plan``) are queued too. Adaptive sweeps use it to add
     points as results arrive, keeping every slot busy without stage barriers.
+    ``echo``: also copy each trainer's ``output.log`` there as it grows (a SLURM array task's
+    log then holds its trainer's output).
     """
     max_retries = plan.executor.max_retries if max_retries is None else max_retries
     todo = [run for run in select_runs(plan, only) if wants_start(sweep_dir, run, max_retries)]
@@ -198,6 +220,7 @@ def execute(
         progress=progress,
         on_done=on_done,
         runs=todo,
+        echo=echo,
     ).run()
 
 

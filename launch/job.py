@@ -16,10 +16,11 @@ from typing import Optional
 
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
+from jobscripts.requeue import requeue_command
 from jobscripts.scripts import SlurmOptions, render_script, sbatch_directives
-from jobscripts.shell import Token
+from jobscripts.shell import Raw, Token, Word
 from launch import launchers
-from launch.commands import TrainInvocation, trainer_command
+from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
@@ -98,7 +99,8 @@ def prepare_job(req: JobRequest) -> PreparedJob:
             "ntasks-per-node": per_node,
             "gpus-per-node": req.gpus_per_node or None,
         }
-        directives = sbatch_directives(req.slurm, name=name, resources=resources)
+        directives = sbatch_directives(req.slurm, name=name, resources=resources, requeue=bool(req.slurm.max_requeues))
+        env["PYTHONPATH"] = Word((str(REPO_ROOT), Raw("${PYTHONPATH:+:$PYTHONPATH}")))  # python -m jobscripts.requeue
         slurm_output = str(run_dir / "launch").replace("%", "%%") + "/slurm-%j.out"  # %% = a literal %
         notes.append(f"submitted as: sbatch --parsable --output={slurm_output} <this script>")
         prelude = [HEAD_NODE_LINE]
@@ -107,6 +109,8 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         else:
             prelude += ['export MASTER_ADDR="$head_node"', f"export MASTER_PORT={req.master_port}"]
             command = launchers.srun_per_gpu_command(topo, train.argv())
+        if req.slurm.max_requeues:  # srun exits 75 when the trainers do: the job requeues itself
+            command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE)
     script = render_script(
         title=f"run dir: {run_dir}",
         notes=notes,

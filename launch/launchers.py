@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
@@ -18,6 +19,10 @@ from jobscripts.shell import Raw, Token, Word
 from launch.errors import LaunchError
 
 DEFAULT_MASTER_PORT = 29500
+
+# torchrun as this interpreter's module (the `torchrun` script only wraps it): a batch job's
+# PATH lacks the environment's bin/ unless the job activates it, so no launcher may rely on PATH.
+TORCHRUN: tuple[str, ...] = (sys.executable, "-m", "torch.distributed.run")
 
 # srun mode: the torch.distributed variable each SLURM task variable becomes (one task per GPU).
 SLURM_TO_TORCH_ENV: dict[str, str] = {
@@ -49,8 +54,8 @@ class Topology:
 
 
 def torchrun_command(topo: Topology, train_argv: Sequence[str]) -> list[Token]:
-    """``torchrun`` with a c10d rendezvous (``--standalone`` on one node without a master address)."""
-    cmd: list[Token] = ["torchrun"]
+    """:data:`TORCHRUN` with a c10d rendezvous (``--standalone`` on one node without a master address)."""
+    cmd: list[Token] = [*TORCHRUN]
     if topo.nodes == 1 and topo.master_addr is None:
         cmd += ["--standalone", "--nnodes=1", f"--nproc-per-node={topo.procs_per_node}"]
     else:

@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
+from jobscripts.allocation import allocated_cpus
 from launch.errors import LaunchError
 
 CPU_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -23,10 +24,8 @@ class Slot:
 
 
 def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """The CPUs of this process's allocation (``jobscripts.allocation``)."""
+    return allocated_cpus()
 
 
 def visible_gpus() -> list[str]:

@@ -9,6 +9,7 @@ else from the values resolved when the sweep was expanded. The file is written a
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -31,12 +32,14 @@ from rundir.contract import (
     RESULT_STATUSES,
     STEPS_KEY,
     TAIL_COLUMNS,
+    ExitCode,
     Status,
     canonical_values,
 )
 from rundir.files import read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
+RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states while holding it
 # A run's state as results.csv records it (a running run is not finished: pending).
 RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
 
@@ -50,6 +53,16 @@ def count_states(states: Mapping[str, RunState]) -> dict[str, int]:
     for state in states.values():
         counts[state.status] += 1
     return counts
+
+
+def exit_code(counts: Mapping[str, int]) -> ExitCode:
+    """What ``sweep``/``run``/``status`` exit with for these run states: FAILED if any failed,
+    else BUSY if any runs elsewhere, else RESUMABLE if any is pending, else OK (all final)."""
+    if counts[Status.FAILED]:
+        return ExitCode.FAILED
+    if counts[Status.RUNNING]:
+        return ExitCode.BUSY
+    return ExitCode.RESUMABLE if counts[Status.PENDING] else ExitCode.OK
 
 
 def _cell(value: Any) -> str:
@@ -125,6 +138,20 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
+
+
+def snapshot(sweep_dir: Path, plan: SweepPlan) -> tuple[dict[str, RunState], Path, int]:
+    """Every run's state, and ``results.csv`` written from it, read while holding ``results.lock``.
+
+    The array tasks of a sweep write the file at the same time; with the states read inside
+    the lock each write is at least as new as the one before it (a state only moves on to
+    final), so a slower task can never write a finished run back as running or pending.
+    """
+    with open(sweep_dir / RESULTS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        states = collect_states(sweep_dir, plan)
+        path, rows = write_results(sweep_dir, plan, states)
+    return states, path, rows
 
 
 def write_results(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> tuple[Path, int]:

@@ -44,6 +44,7 @@ from typing import Optional
 from launch.commands import DEFAULT_TRAINER_SCRIPT
 from launch.errors import LaunchError
 from launch.processes import FORWARDED_SIGNALS, die_with_parent
+from rundir.contract import ExitCode
 
 START_METHODS = ("exec", "fork")
 REAP_SECONDS = 0.05  # how often the server looks for ended children between requests
@@ -272,7 +273,7 @@ def _child(request: dict, server_pid: int, protocol_fds: Sequence[int]) -> None:
             os._exit(code if isinstance(code, int) else 1)
 
 
-def serve() -> int:
+def serve() -> ExitCode:
     """The server: preload, then fork a child per request line until end of input."""
     requests = os.dup(0)
     replies = os.dup(1)
@@ -315,7 +316,7 @@ def serve() -> int:
                 children.add(pid)
                 reply({"started": pid})
         reap()
-    return 0  # end of input: exiting sends the running children SIGTERM (their parent-death signal)
+    return ExitCode.OK  # end of input: exiting sends the running children SIGTERM (their parent-death signal)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import slurm, slurm_cluster  # noqa: F401 - the fixtures of the slurm tests
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
 

@@ -85,14 +85,23 @@ def test_simulated_array_writes_the_bytes_of_a_local_run(tmp_path):
     shards = json.loads(next((out / ".work" / "slurm").glob("*/shards.json")).read_text())
     assert sum(1 for s in shards if s["path"].endswith("f_large.jsonl")) >= 3  # the large file is cut
 
+    job_names = []
     for name in names:  # each stage after the previous one, as --dependency=afterok orders them
         script = folder / f"{name}.sbatch"
+        job_names.append(re.search(r"^#SBATCH --job-name=(.*)$", script.read_text(), re.MULTILINE).group(1))
         size = _array_size(script)
         assert size == (2 if name in ("clean", "signatures", "buckets", "tokenize") else 1)
+        if name == "merge":  # a tokenize task killed while writing left its temporary file
+            (out / ".work" / "tokens" / ".shard.tokens.4242.tmp").write_bytes(b"half")
         tasks = [_task(script, rank) for rank in range(size)]  # the array's tasks at the same time
         for rank, proc in enumerate(tasks):
             log = proc.communicate(timeout=300)[0]
             assert proc.returncode == 0, f"{name} task {rank}:\n{log[-3000:]}"
+            assert log.splitlines()[-1].startswith(f"data_prep: {name} task {rank} of {size} completed in ")
+    assert job_names == ["dp-clean", "dp-sigs", "dp-bkts", "dp-plan", "dp-vocab", "dp-tok", "dp-merge"]
+    assert log.splitlines()[-1].endswith(f"wrote {out / 'manifest.json'} (train {reference['train']['tokens']} "
+                                         f"tokens, valid {reference['valid']['tokens']} tokens)")  # fmt: skip
+    assert list(out.rglob("*.tmp")) == []
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["run"]["executor"] == "slurm"
     assert manifest_without_run(manifest) == manifest_without_run(reference)

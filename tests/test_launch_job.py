@@ -56,6 +56,7 @@ def cluster(tmp_path: Path, monkeypatch) -> Path:
         "sbatch": dumping("sbatch"),
     }
     monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
+    monkeypatch.setattr("launch.launchers.TORCHRUN", ("torchrun",))  # the stub (scripts call the interpreter's)
     monkeypatch.setenv("DUMP_DIR", str(dump_dir))
     return dump_dir
 

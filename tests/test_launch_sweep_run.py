@@ -198,7 +198,7 @@ def test_sigterm_to_sweep_preempts_runs_without_counting_failures(tmp_path):
         assert [e.get("exit_code") for e in events(rd) if e["event"] == "end"] == [75]
         log = attempts.read(rd)
         assert [a.outcome for a in log.attempts] == ["preempted"] and log.failures == 0
-    assert main(["status", str(sweep_dir)]) == 0
+    assert main(["status", str(sweep_dir)]) == 75  # pending: rerun to resume
     rows = _check_results(sweep_dir, 2)
     assert {r["status"] for r in rows} == {"pending"}
 
@@ -285,7 +285,7 @@ def test_status_before_any_run_and_extra_swept_columns(tmp_path, capsys):
     spec = _spec(tmp_path, grid=grid)
     sweep_dir = tmp_path / "sw"
     write_plan(sweep_dir, expand(spec, load_spec(spec)))
-    assert main(["status", str(sweep_dir)]) == 0
+    assert main(["status", str(sweep_dir)]) == 75  # pending
     assert "pending    4" in capsys.readouterr().out
     rows = _check_results(sweep_dir, 4)
     header = (sweep_dir / "results.csv").read_text().splitlines()[0].split(",")
@@ -308,7 +308,7 @@ def test_status_before_any_run_and_extra_swept_columns(tmp_path, capsys):
     ]
     (rd / "metrics.jsonl").write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
     (rd / "summary.json").write_text(json.dumps({"status": "failed", "reason": "RuntimeError: boom", "exit_code": 1}))
-    assert main(["status", str(sweep_dir)]) == 0
+    assert main(["status", str(sweep_dir)]) == 1  # a run failed
     assert "failed     1" in capsys.readouterr().out
     mine = [
         (r["status"], r["step"], r["fraction"], r["val_loss"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from launch.__main__ import main
 from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, starts
@@ -18,4 +19,7 @@ def test_two_process_torchrun_job_all_reduces_on_cpu(tmp_path, monkeypatch):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     assert len(starts(run_dir)) == 1  # rank 0 trained; rank 1 only joined the collective
     script = (run_dir / "launch" / "torchrun.sh").read_text()
-    assert "exec torchrun --standalone --nnodes=1 --nproc-per-node=2 --no-python " in script
+    assert (
+        f"exec {sys.executable} -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --no-python "
+        in script
+    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import torch.distributed as dist
 
+from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
 from runconfig import dump_yaml, flatten, to_dict
 from runconfig.schema import RunConfig
@@ -147,7 +147,7 @@ def select_device(cfg: RunConfig) -> tuple[str, bool]:
         raise SetupError(str(exc)) from exc
     bf16 = cfg.training.precision == "bf16" or (cfg.training.precision == "auto" and device == "cuda")
     if device == "cpu":
-        threads = par.cpu_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        threads = cpu_threads(par.cpu_threads)  # the config, else the slot's or the SLURM allocation's
         if threads:
             torch.set_num_threads(threads)
         # Denormal floats take a slow microcode path on x86 CPUs (GPUs flush them in bf16

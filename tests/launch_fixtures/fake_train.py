@@ -203,6 +203,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
     def end(status: Status, reason) -> int:
         code = EXIT_OF_STATUS[status]
         _summary(run_dir, cfg, status, reason, code, step, started)
+        print(f"fake_train: {status} {step} steps (exit {int(code)})", flush=True)
         _event(run_dir, event="end", exit_code=int(code), step=step)
         return code
 

@@ -1,0 +1,109 @@
+"""A batch job's command, run so that a preemption requeues the job instead of ending it FAILED.
+
+``python -m jobscripts.requeue --max-requeues N --on-exit 75 -- COMMAND ...`` runs COMMAND,
+passes on the signals it gets (SLURM sends SIGTERM ``signal_grace_s`` before the time limit, to
+this process: ``--signal=B:TERM@S``), and exits with COMMAND's code, except: when COMMAND exits
+with the ``--on-exit`` code (the run contract's ``ExitCode.RESUMABLE``: preempted, its
+checkpoint or finished units saved; the caller passes it, this module stays free of imports
+from the toolkit) while SLURM still runs the job, the job
+requeues itself with ``scontrol requeue`` and this exits 0. That run of the job then shows
+as REQUEUED rather than FAILED, and the job (same id, same array index, so later jobs'
+``--dependency=afterok`` still wait for it) runs again after SLURM's requeue hold (reason
+BeginTime, about two minutes) and resumes. SLURM has no per-job "requeue on exit code"
+(``RequeueExit`` in slurm.conf is cluster-wide, for admins), hence this.
+
+No requeue, and the exit code kept, when the job is being cancelled (``scancel``: ``squeue``
+no longer shows it RUNNING), after ``N`` requeues (``SLURM_RESTART_COUNT``), outside SLURM,
+or when ``scontrol requeue`` refuses (e.g. the job was submitted with ``--no-requeue``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def requeue_command(command: Sequence[Any], max_requeues: int, on_exit: int) -> list[Any]:
+    """``command`` run under this module (tokens are kept as given: the caller quotes them)."""
+    return [
+        sys.executable,
+        "-m",
+        "jobscripts.requeue",
+        f"--max-requeues={max_requeues}",
+        f"--on-exit={int(on_exit)}",
+        "--",
+        *command,
+    ]
+
+
+def _log(message: str) -> None:
+    print(f"[requeue] {message}", file=sys.stderr, flush=True)
+
+
+def _requeue(max_requeues: int, code: int) -> bool:
+    """Requeue this job if SLURM still runs it and the limit allows; says why not otherwise."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    if restarts >= max_requeues:
+        _log(f"exit {code} (preempted): not requeued, job {job} was requeued {restarts} times (max_requeues)")
+        return False
+    try:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=60)
+        if state.stdout.strip() != "RUNNING":
+            _log(f"exit {code} (preempted): not requeued, job {job} is {state.stdout.strip() or 'gone'} (cancelled)")
+            return False
+        _log(
+            f"exit {code} (preempted, progress saved): requeueing job {job} (requeue {restarts + 1} of at most {max_requeues})"
+        )
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _log(f"exit {code} (preempted): not requeued: {exc}")
+        return False
+    if done.returncode != 0:
+        _log(f"scontrol requeue {job} failed: {done.stderr.strip() or done.stdout.strip()}; resubmit to resume")
+        return False
+    return True
+
+
+def run(command: Sequence[str], max_requeues: int, on_exit: int) -> int:
+    child = subprocess.Popen(list(command))
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    code = 128 - code if code < 0 else code
+    if code == on_exit and max_requeues > 0 and _requeue(max_requeues, code):
+        return os.EX_OK  # requeued: the job runs again; this run of it did not fail
+    return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobscripts.requeue", description=__doc__.splitlines()[0])
+    parser.add_argument("--max-requeues", type=int, required=True, help="requeue at most this often (0: never)")
+    parser.add_argument("--on-exit", type=int, required=True, help="the command's exit code that means 'preempted'")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    return run(command, args.max_requeues, args.on_exit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

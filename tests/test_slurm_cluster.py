@@ -1,0 +1,265 @@
+"""Sweeps, training jobs and data_prep on a real one-host SLURM cluster (tests/slurm_cluster.py).
+
+Marked ``slurm``: not in the default selection; ``python -m pytest -m slurm`` (``.ci/run`` does)
+runs them, each skipping with the reason where slurm-wlm and munge cannot be installed or
+started. What a cluster user meets, for real: array jobs, ``scancel``, a time limit with its
+early SIGTERM, ``--dependency=afterok`` chains, self-requeue, batch jobs whose PATH lacks
+the environment's bin/. Where the assertion is about training results the real trainer runs
+(configs/tiny_cpu.yaml sized); where only the run contract matters, the stand-in does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data_prep.api import load_data_prep_config
+from data_prep.pipeline import manifest_without_run, run
+from data_prep.slurm import load_frozen
+from launch import attempts
+from launch.__main__ import main
+from tests.data_prep_fixtures import english_doc, write_jsonl
+from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, derived_spec, read_csv, starts
+from tests.slurm_cluster import Cluster
+from tests.test_data_prep_pipeline import planted_inputs, planted_overrides
+from tests.test_data_prep_slurm import OUTPUTS
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _wait(predicate, timeout: float, what: str, poll: float = 0.1) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def _arrays(sweep_dir: Path) -> list[tuple[str, list[str]]]:
+    """(job id, run IDs) of each array submission of a sweep, oldest first."""
+    out = []
+    for folder in sorted((sweep_dir / "slurm").iterdir()):
+        out.append((json.loads((folder / "job.json").read_text())["job_id"], (folder / "runs.txt").read_text().split()))
+    return out
+
+
+def _task_logs(sweep_dir: Path) -> str:
+    return "".join(p.read_text() for p in sorted((sweep_dir / "slurm").glob("*/*.out")))
+
+
+def _metrics(rd: Path) -> list[dict]:
+    return [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()]
+
+
+def _numbers(rd: Path) -> list[dict]:
+    """What a run computed, step by step (its metrics rows without the timings)."""
+    keep = ("kind", "step", "tokens", "loss", "grad_norm", "lr", "fraction", "val_loss")
+    return [{k: row[k] for k in keep if k in row} for row in _metrics(rd)]
+
+
+# ----------------------------------------------------------------------------- (a) scancel + rerun
+
+
+def test_sweep_scancelled_mid_run_and_rerun_matches_a_local_sweep(slurm: Cluster, tmp_path, monkeypatch):
+    """Three real runs, one at a time; the array is cancelled while the second trains. A rerun
+    submits the second (it resumes from the checkpoint written at the SIGTERM) and the third:
+    no run is lost or trained twice, and every loss equals a local sweep's bit for bit."""
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # what a login shell may carry: the allocation must win
+    spec = derived_spec(
+        tmp_path,
+        grid={"model.num_layers": [2], "optimizer.lr": [2.0**-9, 2.0**-8, 2.0**-7]},
+        overrides={"training.steps": 80, "parametrization.base_num_layers": 2, "logging.interval": 5},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 1, "gpus_per_run": 0},
+        slurm={"time": "00:10:00"},
+    )
+    sweep_dir = tmp_path / "slurm_sweep"
+    submit = ["sweep", str(spec), "--sweep-dir", str(sweep_dir)]
+    assert main(submit) == 0
+    ((job, ids),) = _arrays(sweep_dir)
+    first, second, third = (sweep_dir / "runs" / rid for rid in ids)
+    _wait(lambda: (second / "metrics.jsonl").exists() and len(_metrics(second)) >= 2, 300, "the second run to train")
+    slurm.run("scancel", job)
+    slurm.wait_gone([job], timeout=120)
+    assert json.loads((first / "summary.json").read_text())["status"] == "completed"
+    assert (
+        not (second / "summary.json").exists() or json.loads((second / "summary.json").read_text())["exit_code"] == 75
+    )
+    assert [a.outcome for a in attempts.read(second).attempts] in (["preempted"], ["interrupted"])
+    assert not third.exists() or not (third / "launch" / "attempts.json").exists()  # never started
+
+    assert main(submit) == 0
+    (_, again_ids), (job2, again) = _arrays(sweep_dir)
+    assert again == [second.name, third.name]  # only what was not finished
+    slurm.wait_gone([job2], timeout=300)
+    assert "resumed from" in (second / "train.log").read_text()
+    for rd, outcomes in ((first, ["completed"]), (second, [None, "completed"]), (third, ["completed"])):
+        log = attempts.read(rd).attempts
+        assert [a.outcome for a in log][1:] == outcomes[1:] and log[-1].outcome == "completed", rd.name
+        assert all(a.ended <= b.started for a, b in zip(log, log[1:]))  # one trainer at a time
+        steps = [r["step"] for r in _metrics(rd) if r["kind"] == "train"]
+        assert len(steps) == len(set(steps)) and steps[-1] == 80
+    assert main(["status", str(sweep_dir)]) == 0
+
+    local_dir = tmp_path / "local_sweep"
+    threads = len(os.sched_getaffinity(0))  # one thread per run, as SLURM's --cpus-per-task=1 gives
+    local = [*submit[:2], "executor.start=fork", "--sweep-dir", str(local_dir), "--executor", "local"]
+    assert main([*local, "--max-parallel", str(threads), "--no-progress"]) == 0  # fork: one import for 3 runs
+    for rid in ids:
+        assert _numbers(sweep_dir / "runs" / rid) == _numbers(local_dir / "runs" / rid), rid  # every loss, every bit
+    strip = ("status",)
+    slurm_rows = [{k: v for k, v in r.items() if k not in strip} for r in read_csv(sweep_dir / "results.csv")]
+    local_rows = [{k: v for k, v in r.items() if k not in strip} for r in read_csv(local_dir / "results.csv")]
+    assert slurm_rows == local_rows and all(r["val_loss"] for r in slurm_rows)
+    logs = _task_logs(sweep_dir)
+    assert "val_loss" in logs and "resumed from" in logs  # the trainers' output is in the task logs
+
+
+# ----------------------------------------------------------------------------- (b) time limit
+
+
+def test_time_limit_preempts_requeues_and_finishes(slurm: Cluster, tmp_path, monkeypatch):
+    """A one-minute limit with a 30 s grace: SLURM's SIGTERM comes at its first time-limit check
+    (they run every 30 s), the run checkpoints and exits 75, the task requeues itself and
+    resumes, until the 40 s of training are done. No run of the job ends FAILED."""
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.5")
+    spec = derived_spec(
+        tmp_path,
+        grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+        overrides={"training.steps": 80, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        slurm={"time": "00:01:00", "signal_grace_s": 30},
+        train_cmd=FAKE_TRAIN_CMD,
+    )
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0
+    ((job, (rid,)),) = _arrays(sweep_dir)
+    slurm.wait_gone([job], timeout=300)  # each requeue waits cred_expire (10 s on the test cluster) first
+    rd = sweep_dir / "runs" / rid
+    assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
+    ends = [e["exit_code"] for e in (json.loads(x) for x in (rd / "fake_events.jsonl").read_text().splitlines())
+            if e["event"] == "end"]  # fmt: skip
+    assert ends[-1] == 0 and len(ends) >= 2 and set(ends[:-1]) == {75}  # preempted at least once
+    assert [s["start_step"] for s in starts(rd)][0] == 0 and all(s["start_step"] > 0 for s in starts(rd)[1:])
+    log = attempts.read(rd)
+    assert [a.outcome for a in log.attempts] == ["preempted"] * (len(ends) - 1) + ["completed"] and log.failures == 0
+    text = _task_logs(sweep_dir)
+    assert text.count("requeueing job") == len(ends) - 1  # the log is appended to, not replaced, on requeue
+    assert text.count("fake_train: completed 80 steps") == 1
+    states = [c["JobState"] for c in slurm.completions() if c.get("ArrayJobId") == job]
+    assert "FAILED" not in states and states[-1] == "COMPLETED", states  # jobcomp logs a requeue as PENDING
+    assert main(["status", str(sweep_dir)]) == 0
+
+
+# ----------------------------------------------------------------------------- (c) data_prep
+
+
+def test_data_prep_with_a_killed_array_task_writes_the_local_bytes(slurm: Cluster, tmp_path):
+    """The chain of stage jobs, two tasks per array; the tokenize task that holds the one large
+    shard is SIGKILLed while it writes (its ``.tmp`` file stays), so the merge is cancelled by
+    its dependency; running the command again resubmits that task and the merge, and the
+    output is byte-identical to a local run's, with no ``.tmp`` file left."""
+    raw = tmp_path / "raw"
+    planted_inputs(raw)
+    write_jsonl(raw / "z_large.jsonl", [english_doc(1000 + i) for i in range(1500)])  # seconds to tokenize
+    reference = run(load_data_prep_config(None, planted_overrides(raw, tmp_path / "local")))
+    out = tmp_path / "slurm_out"
+    cli = [sys.executable, "-m", "data_prep", *planted_overrides(raw, out), "--executor", "slurm"]
+    cli.append("runtime.slurm.array_tasks=2")
+    env = {**os.environ, **slurm.env, "PYTHONPATH": str(REPO)}
+    first = subprocess.run(cli, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (sub,) = (out / ".work" / "slurm").glob("*/submissions/*")
+    jobs = json.loads((sub / "jobs.json").read_text())
+    names = slurm.names()
+    assert {names[j] for j in names if j.split("_")[0] == jobs["merge"]} == {"dp-merge"}  # its own name in squeue
+    _, shards, tasks = load_frozen(sub.parent.parent)
+    (large,) = [s for s in shards if s.source.path.endswith("z_large.jsonl")]
+    victim = f"{jobs['tokenize']}_{large.index % tasks['tokenize']}"
+    tokens = out / ".work" / "tokens"
+
+    def writing() -> bool:
+        return slurm.queued([victim]).get(victim) == "RUNNING" and any(tokens.glob(f".{large.shard_id}.*.tmp"))
+
+    _wait(writing, 300, "the tokenize task of the large shard to write it", poll=0.01)
+    slurm.run("scancel", "--signal=KILL", "--full", victim)  # everything of the task dies at once
+    slurm.wait_gone(list(jobs.values()), timeout=300)
+    assert not (out / "manifest.json").exists()  # the merge never ran: its dependency failed
+    assert list(tokens.glob(f".{large.shard_id}.*.tmp"))  # the killed task's half-written files
+
+    again = subprocess.run(cli, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "tokenize (1 of 2 tasks), merge (1 of 1 tasks)" in again.stdout  # only what was left
+    (resubmitted,) = [p for p in sub.parent.glob("*/jobs.json") if p.parent != sub]
+    jobs2 = json.loads(resubmitted.read_text())
+    slurm.wait_gone(list(jobs2.values()), timeout=300)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["run"]["executor"] == "slurm"
+    assert manifest_without_run(manifest) == manifest_without_run(reference)
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert list(out.rglob("*.tmp")) == []
+    merge_log = (resubmitted.parent / f"merge-{jobs2['merge']}.out").read_text()
+    assert merge_log.splitlines()[-1].endswith(f"wrote {out / 'manifest.json'} (train {reference['train']['tokens']} "
+                                               f"tokens, valid {reference['valid']['tokens']} tokens)")  # fmt: skip
+    states = {c["JobId"]: c["JobState"] for c in slurm.completions()}
+    assert states[jobs2["merge"]] == "COMPLETED"
+
+
+# ----------------------------------------------------------------------------- (d) duplicate submission
+
+
+def test_rerun_while_the_array_runs_submits_nothing(slurm: Cluster, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.1")
+    spec = derived_spec(
+        tmp_path,
+        grid={"model.num_layers": [2, 4], "optimizer.lr": [0.001]},
+        overrides={"training.steps": 20, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        train_cmd=FAKE_TRAIN_CMD,
+    )
+    sweep_dir = tmp_path / "sw"
+    argv = ["sweep", str(spec), "--sweep-dir", str(sweep_dir)]
+    assert main(argv) == 0
+    ((job, ids),) = _arrays(sweep_dir)
+    assert slurm.queued([job])
+    assert main(argv) == 4  # the array is queued or running: nothing new
+    assert f"2 runs that need work are in array job {job}" in capsys.readouterr().err
+    assert len(_arrays(sweep_dir)) == 1
+    slurm.wait_gone([job], timeout=120)
+    assert main(argv) == 0 and "every run is completed" in capsys.readouterr().err
+    for rid in ids:
+        assert len(starts(sweep_dir / "runs" / rid)) == 1  # each run trained by one task, once
+    assert {r["status"] for r in read_csv(sweep_dir / "results.csv")} == {"completed"}
+
+
+# ----------------------------------------------------------------------------- launch job
+
+
+def test_slurm_job_runs_torchrun_without_the_environment_on_path(slurm: Cluster, tmp_path, monkeypatch):
+    """`launch job --launcher slurm` (srun, then torchrun on the node) from a shell whose PATH
+    has only the system's bin/ (the job inherits it), in a directory outside the checkout:
+    torchrun is the interpreter's module, the toolkit is found through PYTHONPATH."""
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)  # submitted from outside the checkout: the script must find it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "job"
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=8", "--launcher", "slurm"]
+    assert main([*argv, "--nproc-per-node", "1", "--master-port", str(port), "--train-cmd", FAKE_TRAIN_CMD]) == 0
+    job = json.loads((run_dir / "launch" / "slurm_job.json").read_text())["job_id"]
+    slurm.wait_gone([job], timeout=120)
+    log = next((run_dir / "launch").glob("slurm-*.out")).read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed", log
+    assert re.search(r"-m torch\.distributed\.run", (run_dir / "launch" / "slurm.sbatch").read_text())
