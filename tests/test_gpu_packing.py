@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -23,7 +24,7 @@ from launch import attempts, gpu_share
 from launch.__main__ import main
 from launch.resources import cpu_count, make_slots
 from launch.sweep_dir import read_plan
-from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, derived_spec, dumping, env_with, events, stub_bin
+from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, REPO, derived_spec, dumping, env_with, events, stub_bin
 
 UUIDS = {"5": "GPU-5f0e0000-aaaa", "7": "GPU-7f0e0000-bbbb"}
 
@@ -392,3 +393,35 @@ def test_packed_runs_train_exactly_as_unpacked_runs(tmp_path, monkeypatch):
         losses.append(_losses(tmp_path / name))
     assert losses[0] == losses[1]
     assert len({tuple(v) for v in losses[0].values()}) == 3  # the seeds differ: the comparison can fail
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def _benchmark(extra: list[str], env: dict) -> tuple[str, dict]:
+    argv = [sys.executable, str(REPO / "benchmarks" / "gpu_packing.py"), "--runs", "2", "--per-gpu", "2",
+            "--rounds", "1", *extra]  # fmt: skip
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_packing_benchmark_measures_the_gain_on_cpu():
+    """The stand-in trainer sleeps per step, so two runs packed take about half the wall time
+    of two in a row: the benchmark's ratio must show it (and would be ~1 if nothing packed)."""
+    env = env_with(DEPTHMUP_TRAIN_CMD=FAKE_TRAIN_CMD, FAKE_STEP_SECONDS="0.3", CUDA_VISIBLE_DEVICES="")
+    out, result = _benchmark(["--steps", "8", "--start", "exec"], env)
+    med = result["medians"]
+    assert result["device"].startswith("CPU") and set(med) == {"one_at_a_time", "packed"}
+    assert med["one_at_a_time"]["most_at_once"] == 1 and med["packed"]["most_at_once"] == 2
+    ratio = med["packed"]["runs_per_hour"] / med["one_at_a_time"]["runs_per_hour"]
+    assert ratio > 1.2  # 2.4 s of sleep per run, run side by side; start-up noise on a shared machine aside
+    assert f"packed / one_at_a_time: runs/hour x{ratio:.2f}" in out
+
+
+@pytest.mark.slow
+def test_packing_benchmark_runs_the_real_trainer_on_cpu():
+    env = env_with(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env.pop("DEPTHMUP_TRAIN_CMD", None)
+    out, result = _benchmark(["--steps", "6", "parallel.device=cpu", "scheduler.warmup_steps=1"], env)
+    assert all(m["tokens_per_s"] > 0 for m in result["medians"].values()), out
