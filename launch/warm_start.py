@@ -26,9 +26,11 @@ notebook) that has; the server never runs a torch operation and has no other thr
 not ``multiprocessing``'s forkserver because that one is shared by the whole process
 (data_prep's workers preload other modules into it) and its children hold it alive.
 
-Lifetimes: the server gets SIGTERM when the executor dies (``PR_SET_PDEATHSIG``, as exec'd
-trainers do) and each trainer gets SIGTERM when the server dies, so a SIGKILLed executor still
-leaves every trainer to checkpoint and exit 75. The server reaps its children and reports
+Lifetimes: the server gets SIGKILL when the executor dies (``PR_SET_PDEATHSIG``) and each
+trainer gets SIGTERM when the server dies, so a SIGKILLed executor still leaves every trainer
+to checkpoint and exit 75. The server ignores SIGTERM and SIGINT: sent to the whole process
+group (``timeout``, Ctrl-C, a batch system's time limit) they are for the trainers, whose exit
+75 the server must live to report. The server reaps its children and reports
 their exit codes; :class:`ForkedTrainer` offers the part of ``subprocess.Popen`` that the
 executor uses (``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal``, ``terminate``).
 
@@ -136,7 +138,8 @@ class ForkServer:
             stdout=subprocess.PIPE,
             env=env,
             cwd=repo,
-            preexec_fn=die_with_parent(os.getpid()),
+            # SIGKILL, not SIGTERM: a SIGTERM is for the trainers (the server outlives it, below)
+            preexec_fn=die_with_parent(os.getpid(), signal.SIGKILL),
         )
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buffer = b""
@@ -367,7 +370,12 @@ def serve() -> int:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # a stray print in an imported module must not corrupt the protocol
     os.close(devnull)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the trainers directly
+    # A terminal's Ctrl-C, or a SIGTERM to the whole process group (`timeout`, a batch system's
+    # time limit), reaches the trainers directly: they checkpoint and exit 75, and the server must
+    # live on to report that (dead, its children would read as killed). It ends at end of input,
+    # or by SIGKILL when the executor dies; its children get SIGTERM then (their parent-death signal).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.setdefault(NVML_CHECK_ENV, "1")  # before torch is imported: is_available() must not init CUDA
     preload()
     children: set[int] = set()

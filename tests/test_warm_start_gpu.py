@@ -95,3 +95,40 @@ def test_gpu_fork_probe_child_reports_why_cuda_is_unusable():
     refusal = warm_start.gpu_fork_check({})
     assert refusal is not None and refusal.startswith("a forked child could not use CUDA (")
     assert "CUDA" in refusal.split("(", 1)[1]  # torch's own reason, e.g. "Torch not compiled with CUDA enabled"
+
+
+@pytest.mark.slow  # ~1 min on 2 shared cores
+def test_sigterm_to_the_process_group_preempts_forked_runs(tmp_path):
+    """`timeout` and batch systems signal the whole process group: the fork server must outlive
+    that SIGTERM to report its trainers' exit 75 (dead, it left them recorded as killed: failed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from launch import attempts
+    from tests.launch_fixtures.helpers import REPO, env_with
+
+    overrides = {"training.steps": 400, "logging.interval": 1, "parallel.device": "cpu", "checkpoint.interval": 1000}
+    executor = {"kind": "local", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0, "start": "fork"}
+    spec = derived_spec(tmp_path, grid={"run.seed": [0]}, overrides=overrides, executor=executor)
+    sweep_dir = tmp_path / "sw"
+    env = env_with()
+    env.pop("DEPTHMUP_TRAIN_CMD", None)
+    proc = subprocess.Popen([sys.executable, "-m", "launch", "sweep", str(spec), "--sweep-dir", str(sweep_dir),
+                             "--no-progress"], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.time() + 180
+    metrics = None
+    while metrics is None or not metrics.exists() or "train" not in metrics.read_text():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else ""
+        time.sleep(0.2)
+        runs = list((sweep_dir / "runs").glob("*/metrics.jsonl")) if (sweep_dir / "runs").exists() else []
+        metrics = runs[0] if runs else None
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 75, out[-3000:]
+    log = attempts.read(metrics.parent)
+    assert [a.outcome for a in log.attempts] == ["preempted"] and log.failures == 0, out[-3000:]
+    assert json.loads((metrics.parent / "summary.json").read_text())["exit_code"] == 75
