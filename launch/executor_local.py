@@ -191,6 +191,10 @@ class LocalExecutor:
             return True
         free, total = read
         need = self.plan.executor.gpu_memory_mib or int(AUTO_MEMORY_SHARE * total / self.plan.executor.runs_per_gpu)
+        if need > total:
+            raise LaunchError(
+                f"executor.gpu_memory_mib={need} is more than GPU {','.join(slot.gpus)} has ({total} MiB)"
+            )
         starting = sum(1 for a in self.active if a.slot.index == slot.index and not self._settled(a))
         if free - need * starting >= need:
             self.waiting = ""
@@ -198,6 +202,7 @@ class LocalExecutor:
         note = (
             f"waiting for GPU memory: slot {slot.index} (GPU {','.join(slot.gpus)}) has {free} MiB free"
             + (f" with {starting} run(s) still starting there" if starting else "")
+            + ("" if self._load(slot) else " and none of this sweep's runs (another process holds it)")
             + f"; a run needs {need} MiB (executor.gpu_memory_mib)"
         )
         if note != self.waiting:

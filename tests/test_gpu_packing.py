@@ -9,12 +9,11 @@ start and end with its environment, so the tests count overlaps exactly.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,9 +27,15 @@ from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, REPO, derived_spec, du
 
 UUIDS = {"5": "GPU-5f0e0000-aaaa", "7": "GPU-7f0e0000-bbbb"}
 
+# Query n >= $FAKE_LATER_FROM answers from $FAKE_GPU_TABLE_LATER (and records when it first did).
 FAKE_NVIDIA_SMI = r"""
 if [ "$1" = "-L" ]; then
   awk -F', ' '{print "GPU " $1 ": Fake H100 (UUID: " $2 ")"}' "$FAKE_GPU_TABLE"; exit 0
+fi
+n=$(( $(cat "$FAKE_GPU_TABLE.count" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAKE_GPU_TABLE.count"
+if [ -n "${FAKE_GPU_TABLE_LATER:-}" ] && [ "$n" -ge "${FAKE_LATER_FROM:-1000000}" ]; then
+  [ -f "$FAKE_GPU_TABLE.freed" ] || date +%s.%N > "$FAKE_GPU_TABLE.freed"
+  cat "$FAKE_GPU_TABLE_LATER"; exit 0
 fi
 cat "$FAKE_GPU_TABLE"
 """
@@ -163,36 +168,44 @@ def test_cpu_slots_pack_runs_and_split_their_threads(tmp_path):
 
 
 def test_runs_wait_for_gpu_memory_and_start_once_it_is_free(tmp_path, monkeypatch, capsys):
-    """1000 MiB free, runs need 4000: nothing starts until the table says 79000 free."""
+    """1000 MiB free, runs need 4000: nothing starts until nvidia-smi says 79000 (from its 3rd
+    query: the 1st is the MPS check's, the 2nd the first start's, which must wait)."""
     table = _gpus(tmp_path, monkeypatch, {"5": 1000})
-    freed: list[float] = []
-
-    def free_it() -> None:
-        freed.append(time.time())
-        _write_table(table, {"5": 79000})
-
-    timer = threading.Timer(1.5, free_it)
-    timer.start()
-    try:
-        sweep_dir = tmp_path / "sw"
-        assert _sweep(_spec(tmp_path, 3, runs_per_gpu=2, gpu_memory_mib=4000), sweep_dir) == 0
-    finally:
-        timer.cancel()
+    later = tmp_path / "later.csv"
+    _write_table(later, {"5": 79000})
+    monkeypatch.setenv("FAKE_GPU_TABLE_LATER", str(later))
+    monkeypatch.setenv("FAKE_LATER_FROM", "3")
+    sweep_dir = tmp_path / "sw"
+    assert _sweep(_spec(tmp_path, 3, runs_per_gpu=2, gpu_memory_mib=4000), sweep_dir) == 0
+    freed = float(Path(f"{table}.freed").read_text())
     spans = _spans(sweep_dir)
-    assert len(spans) == 3 and min(s["t0"] for s in spans) >= freed[0]
+    assert len(spans) == 3 and min(s["t0"] for s in spans) >= freed
     err = capsys.readouterr().err
-    assert "waiting for GPU memory: slot 0 (GPU 5) has 1000 MiB free; a run needs 4000 MiB" in err
+    assert "waiting for GPU memory: slot 0 (GPU 5) has 1000 MiB free and none of this sweep's runs" in err
+    assert "a run needs 4000 MiB (executor.gpu_memory_mib)" in err
+
+
+def test_a_run_needing_more_memory_than_the_gpu_has_stops_the_sweep(tmp_path, monkeypatch, capsys):
+    _gpus(tmp_path, monkeypatch, {"5": 80000})
+    assert _sweep(_spec(tmp_path, 1, runs_per_gpu=2, gpu_memory_mib=90000), tmp_path / "sw") == 2
+    assert "executor.gpu_memory_mib=90000 is more than GPU 5 has (81559 MiB)" in capsys.readouterr().err
 
 
 def test_runs_still_starting_count_as_holding_their_memory(tmp_path, monkeypatch):
-    """9000 MiB free, 4000 per run, 3 seats: the second run starts (9000 - 4000 >= 4000), the third
-    waits while the first two have not logged a step (their memory may not be allocated yet)."""
+    """9000 MiB free, 4000 per run, 3 seats: the second run starts at once (9000 - 4000 >= 4000);
+    the third waits until one of the first two is past its start-up (it has logged a step)."""
     _gpus(tmp_path, monkeypatch, {"5": 9000})
-    monkeypatch.setenv("FAKE_STARTUP_SECONDS", "1.0")  # no metrics row for a second
+    monkeypatch.setenv("FAKE_STARTUP_SECONDS", "1.0")  # no metrics row for a second after the process starts
     sweep_dir = tmp_path / "sw"
     assert _sweep(_spec(tmp_path, 3, runs_per_gpu=3, gpu_memory_mib=4000), sweep_dir) == 0
-    spans = sorted(_spans(sweep_dir), key=lambda s: s["t0"])
-    assert spans[1]["t0"] - spans[0]["t0"] < 0.9 < spans[2]["t0"] - spans[0]["t0"]
+    launched = {}  # run -> when the executor started its process
+    for run in read_plan(sweep_dir).runs:
+        (attempt,) = attempts.read(sweep_dir / "runs" / run.run_id).attempts
+        launched[run.run_id] = dt.datetime.fromisoformat(attempt.started).timestamp()
+    first, second, third = sorted(launched, key=launched.get)
+    trained = {s["run"]: s["t0"] for s in _spans(sweep_dir)}  # past start-up: about to log its first step
+    assert launched[second] < trained[first]  # started while the first was still starting
+    assert launched[third] >= min(trained[first], trained[second])  # waited for one to settle
 
 
 def test_out_of_memory_beside_packed_runs_is_retried_later_and_not_counted(tmp_path, monkeypatch, capsys):

@@ -147,3 +147,14 @@ def test_data_built_elsewhere_is_used_without_its_corpus(tmp_path):
     (tmp_path / "ok" / "corpus").mkdir()
     (tmp_path / "ok" / "corpus" / "mix.jsonl").write_text("")
     assert carried_manifest(tmp_path / "ok", s) is None  # the corpus is here: data_prep decides
+
+
+def test_gpu_study_script_parses_and_names_its_steps():
+    import subprocess
+
+    script = REPO / "benchmarks" / "gpu_study.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and all(
+        f"gpu_study.sh {step}" in usage.stdout for step in ("prepare", "bench", "part")
+    )
