@@ -66,6 +66,14 @@ class _Active:
     log: IO[str]
     started: float = 0.0  # time.time() at the start
     peers: int = 0  # the most other runs that shared its slot while it ran
+    metrics_bytes: int = 0  # size of its metrics.jsonl at the start: it grows with the first logged step
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def select_runs(plan: SweepPlan, only: Optional[list[str]]) -> list[PlannedRun]:
@@ -211,13 +219,12 @@ class LocalExecutor:
         return False
 
     def _settled(self, item: _Active) -> bool:
-        """The run has allocated its memory: it logged a metrics row since it started, or has run long."""
+        """The run has allocated its memory: it logged a step since it started (its metrics.jsonl
+        grew: the trainer rewrites it at start-up, truncated to the checkpoint, so a newer file
+        alone proves nothing), or it has run long."""
         if time.time() - item.started >= MEMORY_SETTLE_SECONDS:
             return True
-        try:
-            return (run_dir(self.sweep_dir, item.run.run_id) / METRICS_FILE).stat().st_mtime >= item.started
-        except OSError:
-            return False
+        return _size(run_dir(self.sweep_dir, item.run.run_id) / METRICS_FILE) > item.metrics_bytes
 
     def _start_mps(self) -> None:
         """CUDA MPS for the packed GPU runs where the node allows it; the runs then name their GPUs by UUID
@@ -239,6 +246,7 @@ class LocalExecutor:
     def _start(self, run: PlannedRun, slot: Slot) -> None:
         rd = run_dir(self.sweep_dir, run.run_id)
         argv = _argv(self.plan, self.sweep_dir, run, slot)
+        metrics_bytes = _size(rd / METRICS_FILE)
         log_path = rd / OUTPUT_LOG
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a")  # noqa: SIM115 - closed in _finish
@@ -258,7 +266,8 @@ class LocalExecutor:
         for other in peers:
             other.peers = max(other.peers, len(peers))
         started = time.time()
-        self.active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log, started, len(peers)))
+        attempt = attempts.begin(rd, proc.pid)
+        self.active.append(_Active(run, slot, proc, attempt, log, started, len(peers), metrics_bytes))
         self.result.started += 1
 
     def _outcome(self, item: _Active, stopping: bool) -> Outcome:
