@@ -96,16 +96,16 @@ def _sweep(spec: Path, sweep_dir: Path) -> int:
 
 
 def _spans(sweep_dir: Path) -> list[dict]:
-    """One record per attempt: start and end time, GPUs, MPS pipe, OMP threads, outcome."""
+    """One record per attempt: when the executor started its process and reaped it (``t0``,
+    ``t1``: what packing is about, whatever the trainer's own start-up took), and from the
+    stand-in's start event its GPUs, MPS pipe and OMP threads, and when it was past start-up."""
     out = []
     for run in read_plan(sweep_dir).runs:
-        by_pid: dict[int, dict] = {}
-        for e in events(sweep_dir / "runs" / run.run_id):
-            if e["event"] == "start":
-                by_pid[e["pid"]] = {"run": run.run_id, "t0": e["time"], **e}
-            elif e["event"] == "end":
-                by_pid[e["pid"]]["t1"] = e["time"]
-        out += by_pid.values()
+        rd = sweep_dir / "runs" / run.run_id
+        begun = [e for e in events(rd) if e["event"] == "start"]
+        for a, e in zip(attempts.read(rd).attempts, begun):
+            t0, t1 = (dt.datetime.fromisoformat(t).timestamp() for t in (a.started, a.ended))
+            out.append({**e, "run": run.run_id, "t0": t0, "t1": t1, "trained": e["time"]})
     return out
 
 
@@ -203,7 +203,7 @@ def test_runs_still_starting_count_as_holding_their_memory(tmp_path, monkeypatch
         (attempt,) = attempts.read(sweep_dir / "runs" / run.run_id).attempts
         launched[run.run_id] = dt.datetime.fromisoformat(attempt.started).timestamp()
     first, second, third = sorted(launched, key=launched.get)
-    trained = {s["run"]: s["t0"] for s in _spans(sweep_dir)}  # past start-up: about to log its first step
+    trained = {s["run"]: s["trained"] for s in _spans(sweep_dir)}  # past start-up: about to log a step
     assert launched[second] < trained[first]  # started while the first was still starting
     assert launched[third] >= min(trained[first], trained[second])  # waited for one to settle
 
@@ -368,8 +368,11 @@ def test_slurm_array_tasks_take_runs_per_gpu_runs_each(tmp_path, monkeypatch, ca
         assert done.returncode == 0, done.stderr.decode()[-2000:]
     started = [bool(events(sweep_dir / "runs" / rid)) for rid in ids]
     assert started == [True, True, True, False, False, False, True]
-    first = [s for s in _spans(sweep_dir) if s["run"] in ids[:3]]
-    assert _most_at_once(first) == 3  # task 0's three runs shared its slot
+    processes = []  # when the executor started and reaped each of task 0's trainers
+    for rid in ids[:3]:
+        (a,) = attempts.read(sweep_dir / "runs" / rid).attempts
+        processes.append({"t0": dt.datetime.fromisoformat(a.started), "t1": dt.datetime.fromisoformat(a.ended)})
+    assert _most_at_once(processes) == 3  # task 0's three runs shared its slot
 
 
 # ----------------------------------------------------------------------------- real trainer
