@@ -1,6 +1,10 @@
-"""Run a sweep's pending runs on this machine, K at a time, until each is final or out of retries.
+"""Run a sweep's pending runs on this machine, K slots at a time, until each is final or out of retries.
 
-Single-threaded on purpose: children are started from the main thread so that their
+A slot (a GPU, or a share of the CPU cores) holds up to ``executor.runs_per_gpu`` runs. Packed
+GPU runs start only when their GPU has the memory for one more (``launch.gpu_share``), a run
+that runs out of GPU memory beside others is started again later (its slot then takes fewer
+at a time) without counting as a failure, and CUDA MPS is started for them where the node
+allows it. Single-threaded on purpose: children are started from the main thread so that their
 parent-death signal fires only when this process dies (see :mod:`launch.processes`).
 A SIGTERM/SIGINT/SIGHUP is forwarded to every running trainer (they checkpoint and exit
 75); nothing new starts, and the executor returns once they are all gone.
@@ -25,18 +29,24 @@ from tqdm import tqdm
 
 from launch import attempts
 from launch.errors import LaunchError
+from launch.gpu_share import MemoryProbe, Mps, find_gpu, nvidia_smi_gpus, start_mps
 from launch.launchers import Topology, torchrun_command
-from launch.outcomes import MAX_PREEMPT_REQUEUES, outcome_of
+from launch.outcomes import MAX_PREEMPT_REQUEUES, NO_MEMORY, Outcome, out_of_memory, outcome_of
 from launch.processes import forwarding_signals, start_child
 from launch.resources import Slot, make_slots
 from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
-from launch.warm_start import ForkedTrainer, fork_trainer, forkable
+from launch.warm_start import ForkedTrainer, ForkRefused, fork_trainer, forkable
+from rundir.contract import METRICS_FILE, SUMMARY_FILE, ExitCode, Status
+from rundir.files import read_summary
 from rundir.lock import run_locked
 
 POLL_SECONDS = 0.1
 OUTPUT_LOG = Path("launch") / "output.log"
+MEMORY_RETRY_SECONDS = 2.0  # between free-memory queries while every slot with room lacks memory
+MEMORY_SETTLE_SECONDS = 120.0  # a run counts as holding its memory after its first metrics row, or this long
+AUTO_MEMORY_SHARE = 0.9  # gpu_memory_mib 0 when packing: this fraction of the GPU / runs_per_gpu
 
 
 @dataclass
@@ -56,6 +66,16 @@ class _Active:
     log: IO[str]
     log_path: Path
     echoed: int  # bytes of log_path already copied to the echo stream
+    started: float = 0.0  # time.time() at the start
+    peers: int = 0  # the most other runs that shared its slot while it ran
+    metrics_bytes: int = 0  # size of its metrics.jsonl at the start: it grows with the first logged step
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def select_runs(plan: SweepPlan, only: Optional[list[str]]) -> list[PlannedRun]:
@@ -78,9 +98,11 @@ def _argv(plan: SweepPlan, sweep_dir: Path, run: PlannedRun, slot: Slot) -> list
 class LocalExecutor:
     """One invocation's run queue, its slots and the trainers running in them.
 
-    ``run()`` starts queued runs while slots are free, polls the running ones, and finishes
-    each as it exits: its attempt is recorded, and it is requeued (a retry or a preemption),
-    done, or given up. Runs that ``on_done`` adds are queued as they come.
+    ``run()`` starts queued runs while a slot has room (the least loaded first; a GPU slot also
+    needs the free memory of one more run), polls the running ones, and finishes each as it
+    exits: its attempt is recorded, and it is requeued (a retry, a preemption, or out of
+    memory beside packed runs), done, or given up. Runs that ``on_done`` adds are queued as
+    they come.
     """
 
     def __init__(
@@ -102,49 +124,157 @@ class LocalExecutor:
         self.on_done = on_done
         self.result = Execution()
         self.todo: deque[PlannedRun] = deque()
-        self.free: list[Slot] = list(reversed(make_slots(max_parallel, plan.executor.gpus_per_run)))
+        ex = plan.executor
+        self.slots = make_slots(max_parallel, ex.gpus_per_run, runs_per_gpu=ex.runs_per_gpu)
+        self.capacity = {slot.index: slot.capacity for slot in self.slots}  # lowered when a run runs out of memory
+        self.slot_env = {slot.index: dict(slot.env) for slot in self.slots}
+        on_gpus = any(slot.gpus for slot in self.slots)
+        self.memory: Optional[MemoryProbe] = (
+            MemoryProbe() if on_gpus and (ex.gpu_memory_mib or ex.runs_per_gpu > 1) else None
+        )
+        self.next_memory_check = 0.0
+        self.waiting = ""  # the last "waiting for memory" note printed
+        self.mps: Optional[Mps] = None
         self.active: list[_Active] = []
         self.requeues: dict[str, int] = {}  # run id -> preemptions requeued in this invocation
-        self.fork = plan.executor.start == "fork"
+        self.fork = ex.start == "fork"
+        self.gpu_fork = True  # until the fork server refuses a GPU run (launch.warm_start)
         tqdm.monitor_interval = 0  # no monitor thread: children are forked with a preexec_fn
         self.todo.extend(runs)
         self.bar = tqdm(
             total=len(runs), unit="run", desc=plan.name, file=sys.stderr, disable=not progress, dynamic_ncols=True
         )
+        if on_gpus and ex.runs_per_gpu > 1 and ex.mps == "auto":
+            self._start_mps()
 
     def run(self) -> Execution:
-        with forwarding_signals(lambda: [a.proc for a in self.active]) as received:
-            while self.active or (self.todo and not received):
-                while self.todo and self.free and not received:
-                    self._start(self.todo.popleft(), self.free.pop())
-                    if received:  # the signal came while this child was being started
-                        self.active[-1].proc.terminate()
-                time.sleep(POLL_SECONDS)
-                for item in self.active:
-                    self._copy_output(item)
-                for item in [a for a in self.active if a.proc.poll() is not None]:
-                    self.active.remove(item)
-                    self.free.append(item.slot)
-                    self._finish(item, stopping=bool(received))
+        try:
+            with forwarding_signals(lambda: [a.proc for a in self.active]) as received:
+                while self.active or (self.todo and not received):
+                    while self.todo and not received:
+                        slot = self._pick_slot()
+                        if slot is None:
+                            break
+                        self._start(self.todo.popleft(), slot)
+                        if received:  # the signal came while this child was being started
+                            self.active[-1].proc.terminate()
+                    time.sleep(POLL_SECONDS)
+                    for item in self.active:
+                        self._copy_output(item)
+                    for item in [a for a in self.active if a.proc.poll() is not None]:
+                        self.active.remove(item)
+                        self._finish(item, stopping=bool(received))
+        finally:
+            if self.mps is not None:
+                self.mps.stop()
         self.bar.close()
         self.result.interrupted = bool(received)
         return self.result
 
+    def _note(self, text: str) -> None:
+        self.bar.write(f"[launch] {text}", file=sys.stderr)
+
+    # ---------------------------------------------------------------- placement
+    def _load(self, slot: Slot) -> int:
+        return sum(1 for a in self.active if a.slot.index == slot.index)
+
+    def _pick_slot(self) -> Optional[Slot]:
+        """The least loaded slot with room for one more run (and, on a GPU, its memory), or None."""
+        open_slots = sorted(
+            (s for s in self.slots if self._load(s) < self.capacity[s.index]), key=lambda s: (self._load(s), s.index)
+        )
+        if not open_slots or self.memory is None or not open_slots[0].gpus:
+            return open_slots[0] if open_slots else None
+        if time.monotonic() < self.next_memory_check:
+            return None
+        for slot in open_slots:
+            if self._has_memory(slot):
+                return slot
+        self.next_memory_check = time.monotonic() + MEMORY_RETRY_SECONDS
+        return None
+
+    def _has_memory(self, slot: Slot) -> bool:
+        """Free memory on the slot's GPU(s) covers one more run, after the runs still starting
+        there (their memory not yet allocated) are counted as holding theirs."""
+        assert self.memory is not None
+        read = self.memory.slot_memory(slot.gpus)
+        if read is None:
+            if self.memory.method == "none":
+                self._note(self.memory.note)
+                self.memory = None
+            return True
+        free, total = read
+        need = self.plan.executor.gpu_memory_mib or int(AUTO_MEMORY_SHARE * total / self.plan.executor.runs_per_gpu)
+        if need > total:
+            raise LaunchError(
+                f"executor.gpu_memory_mib={need} is more than GPU {','.join(slot.gpus)} has ({total} MiB)"
+            )
+        starting = sum(1 for a in self.active if a.slot.index == slot.index and not self._settled(a))
+        if free - need * starting >= need:
+            self.waiting = ""
+            return True
+        note = (
+            f"waiting for GPU memory: slot {slot.index} (GPU {','.join(slot.gpus)}) has {free} MiB free"
+            + (f" with {starting} run(s) still starting there" if starting else "")
+            + ("" if self._load(slot) else " and none of this sweep's runs (another process holds it)")
+            + f"; a run needs {need} MiB (executor.gpu_memory_mib)"
+        )
+        if note != self.waiting:
+            self._note(note)
+            self.waiting = note
+        return False
+
+    def _settled(self, item: _Active) -> bool:
+        """The run has allocated its memory: it logged a step since it started (its metrics.jsonl
+        grew: the trainer rewrites it at start-up, truncated to the checkpoint, so a newer file
+        alone proves nothing), or it has run long."""
+        if time.time() - item.started >= MEMORY_SETTLE_SECONDS:
+            return True
+        return _size(run_dir(self.sweep_dir, item.run.run_id) / METRICS_FILE) > item.metrics_bytes
+
+    def _start_mps(self) -> None:
+        """CUDA MPS for the packed GPU runs where the node allows it; the runs then name their GPUs by UUID
+        (the MPS server renumbers the devices it sees, so indices would point elsewhere)."""
+        listed = nvidia_smi_gpus()
+        found = {g: find_gpu(g, listed) for s in self.slots for g in s.gpus} if listed else {}
+        if not found or not all(found.values()):
+            self.mps = Mps(False, "CUDA MPS not used: nvidia-smi does not list the slots' GPUs; packed runs time-slice")
+        else:
+            uuids = {s.index: ",".join(found[g].uuid for g in s.gpus) for s in self.slots}  # type: ignore[union-attr]
+            probe_env = {**os.environ, **self.slot_env[0], "CUDA_VISIBLE_DEVICES": uuids[0]}
+            self.mps = start_mps(self.sweep_dir, probe_env)
+            if self.mps.active:
+                for slot in self.slots:
+                    self.slot_env[slot.index].update(self.mps.env, CUDA_VISIBLE_DEVICES=uuids[slot.index])
+        self._note(self.mps.message)
+
+    # ---------------------------------------------------------------- runs
     def _start(self, run: PlannedRun, slot: Slot) -> None:
         rd = run_dir(self.sweep_dir, run.run_id)
         argv = _argv(self.plan, self.sweep_dir, run, slot)
+        metrics_bytes = _size(rd / METRICS_FILE)
         log_path = rd / OUTPUT_LOG
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "a")  # noqa: SIM115 - closed in _finish
         echoed = log.tell()
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
-        env = {**os.environ, **slot.env}
-        if self.fork and forkable(argv, slot.gpus):
-            proc: Union[Popen, ForkedTrainer] = fork_trainer(argv, env=env, log=log_path)
-        else:
+        env = {**os.environ, **self.slot_env[slot.index]}
+        proc: Optional[Union[Popen, ForkedTrainer]] = None
+        if self.fork and forkable(argv, slot.gpus) and (self.gpu_fork or not slot.gpus):
+            try:
+                proc = fork_trainer(argv, env=env, log=log_path, gpu=bool(slot.gpus))
+            except ForkRefused as exc:
+                self.gpu_fork = False
+                self._note(f"GPU runs start as new processes: {exc}")
+        if proc is None:
             proc = start_child(argv, env=env, stdout=log)
-        self.active.append(_Active(run, slot, proc, attempts.begin(rd, proc.pid), log, log_path, echoed))
+        peers = [a for a in self.active if a.slot.index == slot.index]
+        for other in peers:
+            other.peers = max(other.peers, len(peers))
+        started = time.time()
+        attempt = attempts.begin(rd, proc.pid)
+        self.active.append(_Active(run, slot, proc, attempt, log, log_path, echoed, started, len(peers), metrics_bytes))
         self.result.started += 1
 
     def _copy_output(self, item: _Active) -> None:
@@ -158,11 +288,35 @@ class LocalExecutor:
             self.echo.write(data)
             self.echo.flush()
 
+    def _outcome(self, item: _Active, stopping: bool) -> Outcome:
+        """What the attempt's exit code says, except that a crash for lack of GPU memory while
+        other runs shared the GPU is the packing's doing, not the run's (its slot then takes
+        as many runs as it held beside the crashed one, at least one)."""
+        code = item.proc.returncode
+        outcome = outcome_of(code, stopping=stopping)
+        if outcome.status != Status.FAILED or code != ExitCode.FAILED or not item.slot.gpus or not item.peers:
+            return outcome
+        rd = run_dir(self.sweep_dir, item.run.run_id)
+        try:
+            fresh = (rd / SUMMARY_FILE).stat().st_mtime >= item.started
+        except OSError:
+            fresh = False
+        summary = read_summary(rd) if fresh else None
+        if summary is None or not out_of_memory(summary.reason):
+            return outcome
+        index = item.slot.index
+        self.capacity[index] = max(1, min(self.capacity[index], item.peers))
+        self._note(
+            f"{item.run.run_id} ran out of GPU memory beside {item.peers} other run(s) on slot {index} "
+            f"(GPU {','.join(item.slot.gpus)}): at most {self.capacity[index]} at a time there from now on"
+        )
+        return NO_MEMORY
+
     def _finish(self, item: _Active, stopping: bool) -> None:
         self._copy_output(item)
         rd = run_dir(self.sweep_dir, item.run.run_id)
         code = item.proc.returncode
-        outcome = outcome_of(code, stopping=stopping)
+        outcome = self._outcome(item, stopping)
         log = attempts.finish(rd, item.attempt_id, code, outcome.name, held_lock=outcome.had_lock)
         item.log.close()
         rid = item.run.run_id
@@ -171,7 +325,7 @@ class LocalExecutor:
         if again and outcome.counts_as_failure:
             again = log.failures <= self.max_retries
             note = f", failed attempt {log.failures} of {self.max_retries + 1}" + ("" if again else ": gave up")
-        elif again:
+        elif again and outcome is not NO_MEMORY:  # out of memory: bounded by the slot's shrinking capacity
             self.requeues[rid] = self.requeues.get(rid, 0) + 1
             again = self.requeues[rid] <= MAX_PREEMPT_REQUEUES
         retrying = ", retrying" if again else ""

@@ -37,11 +37,12 @@ MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize: larger arrays are refused
 
 
 def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, max_parallel: int, cwd: Path) -> str:
-    """The array job script: task i -> line i+1 of ``list_file`` -> ``launch run --only ID``."""
+    """The array job script: task i -> line i+1 of ``list_file`` -> ``launch run --only ID``;
+    with ``executor.runs_per_gpu`` N > 1, task i -> lines iN+1..iN+N, packed on its GPU(s)."""
     opts = SlurmOptions(**plan.slurm)
     gpus = plan.executor.gpus_per_run
     if opts.cpus_per_task is None and not gpus:  # CPU runs: one thread each unless the spec asks for more
-        opts.cpus_per_task = 1
+        opts.cpus_per_task = plan.executor.runs_per_gpu  # a task's runs (runs_per_gpu: per slot on CPU)
     resources = {"array": f"0-{count - 1}%{max_parallel}", "nodes": 1, "ntasks": 1, "gpus": gpus or None}
     prelude = [
         f"run_list={quote(str(list_file))}",
@@ -50,6 +51,10 @@ def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, 
     ]
     command: list[Token] = [sys.executable, "-m", "launch", "run", str(sweep_dir), "--only", Raw('"$run_id"')]
     command += ["--max-parallel", "1", "--no-progress", "--echo-output"]
+    packed = plan.executor.runs_per_gpu
+    if packed > 1:  # task i runs lines iN+1..iN+N; run IDs hold no blanks, so unquoted they are N words
+        prelude[1] = f'run_id="$(sed -n "{_task_lines(packed)}p" "$run_list")"'
+        command[command.index("--only") + 1] = Raw("$run_id")
     if opts.max_requeues:  # exit 75 (preempted) while SLURM runs the task: it requeues itself
         command = requeue_command(command, opts.max_requeues, ExitCode.RESUMABLE)
     return render_script(
@@ -64,6 +69,16 @@ def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, 
         prelude=prelude,
         command=command,
     )
+
+
+def _task_lines(per_task: int) -> str:
+    """The sed line range of array task ``$SLURM_ARRAY_TASK_ID`` when each task takes ``per_task`` runs."""
+    return f"$((SLURM_ARRAY_TASK_ID * {per_task} + 1)),$((SLURM_ARRAY_TASK_ID * {per_task} + {per_task}))"
+
+
+def array_tasks(runs: int, runs_per_gpu: int) -> int:
+    """Array tasks for ``runs`` runs packed ``runs_per_gpu`` to a task."""
+    return -(-runs // runs_per_gpu)
 
 
 def queued_run_ids(sweep_dir: Path) -> set[str]:
@@ -140,14 +155,15 @@ def submit_array(
     if held:
         print(f"[launch] sweep {plan.name}: skipped {len(needed) - len(pending)} runs of live array job "
               f"{', '.join(held)} (squeue)", file=sys.stderr)  # fmt: skip
-    if len(pending) > MAX_ARRAY_SIZE:
+    tasks = array_tasks(len(pending), plan.executor.runs_per_gpu)
+    if tasks > MAX_ARRAY_SIZE:
         raise LaunchError(
-            f"sweep {plan.name}: {len(pending)} runs exceed SLURM's default MaxArraySize ({MAX_ARRAY_SIZE}); "
+            f"sweep {plan.name}: {tasks} array tasks exceed SLURM's default MaxArraySize ({MAX_ARRAY_SIZE}); "
             "split the grid into several sweep specs"
         )
     folder = sweep_dir / SUBMISSIONS_DIR / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     list_file, script_file = folder / LIST_FILE, folder / SCRIPT_FILE
-    script = array_script(plan, sweep_dir, list_file, len(pending), max_parallel, cwd)
+    script = array_script(plan, sweep_dir, list_file, tasks, max_parallel, cwd)
     listing = "".join(f"{rid}\n" for rid in pending)
     if dry_run:
         sys.stdout.write(script)
@@ -163,7 +179,11 @@ def submit_array(
         return ExitCode.FAILED
     record = {"job_id": job_id, "runs": len(pending), "max_parallel": max_parallel, "submitted_at": _now()}
     atomic_write_text(folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
-    print(f"submitted array job {job_id}: {len(pending)} runs, at most {max_parallel} at a time ({folder})")
+    per = plan.executor.runs_per_gpu
+    packing = f", {per} runs per task" if per > 1 else ""
+    print(
+        f"submitted array job {job_id}: {len(pending)} runs{packing}, at most {max_parallel} tasks at a time ({folder})"
+    )
     return ExitCode.OK
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
+from typing import Optional
 
 from rundir.contract import FINAL_STATUSES, STATUS_OF_EXIT, Status
 
@@ -45,10 +46,17 @@ POLICY: dict[Status, Outcome] = {
         # ended by launch's own shutdown before the trainer could handle the signal (e.g. while
         # importing), or left open by a launcher that died: not the run's fault
         Outcome(Status.INTERRUPTED, False, True, False, "stopped by launch, or launch died during it"),
+        # failed for lack of GPU memory while other runs shared its GPU (the executor's packing,
+        # executor.runs_per_gpu): not the run's fault; it starts again when its GPU has room
+        Outcome(Status.NO_MEMORY, False, True, True, "out of GPU memory beside packed runs: starts again later"),
     )
 }
 KILLED = Outcome(Status.FAILED, True, True, False, "killed or crashed without a contract exit code")
 INTERRUPTED = POLICY[Status.INTERRUPTED]
+NO_MEMORY = POLICY[Status.NO_MEMORY]
+
+# What a failed run's summary.json reason says when the GPU had no memory left for it.
+OUT_OF_MEMORY_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
 # Return codes of a trainer killed by the signals launch forwards when it is stopped.
 STOP_RETURN_CODES = frozenset(-int(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
@@ -72,3 +80,8 @@ def counts_as_failure(outcome_name: str) -> bool:
         return POLICY[Status(outcome_name)].counts_as_failure
     except ValueError:
         return False
+
+
+def out_of_memory(reason: Optional[str]) -> bool:
+    """A failed run's ``summary.json`` reason says it ran out of GPU memory."""
+    return bool(reason) and any(marker in reason for marker in OUT_OF_MEMORY_MARKERS)  # type: ignore[operator]

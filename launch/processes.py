@@ -25,14 +25,14 @@ if sys.platform.startswith("linux"):  # resolved in the parent: no dlopen betwee
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A function for the child, run right after the fork: SIGTERM it when ``parent_pid`` dies."""
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A function for the child, run right after the fork: send it ``sig`` when ``parent_pid`` dies."""
 
     def preexec() -> None:
         if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
             if os.getppid() != parent_pid:  # the parent died before prctl took effect
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), sig)
 
     return preexec
 

@@ -24,17 +24,27 @@ class ExecutorSettings:
     """How runs are executed; the sweep spec's ``executor:`` section."""
 
     kind: str = "local"  # local | slurm
-    max_parallel: int = 1  # runs at a time (local: one per GPU slot; slurm: the array's %K)
+    max_parallel: int = 1  # slots at a time (local: one per GPU or CPU share; slurm: the array's %K)
     max_retries: int = 2  # failed attempts allowed after the first one; preemptions do not count
     gpus_per_run: int = 1  # 0: CPU runs; > 1: each trainer runs under torchrun --standalone
-    start: str = "exec"  # local CPU runs: exec a new python, or fork one that imported the trainer (launch.warm_start)
+    start: str = "exec"  # local runs: exec a new python, or fork one that imported the trainer (launch.warm_start)
+    # Packing: runs sharing one slot (a GPU, or a CPU slot's threads) at a time, so runs at a
+    # time = slots x runs_per_gpu. A GPU run starts only when its GPU has gpu_memory_mib free
+    # (0: 90% of the GPU's memory / runs_per_gpu when packing, no check otherwise).
+    runs_per_gpu: int = 1
+    gpu_memory_mib: int = 0
+    mps: str = "auto"  # packed GPU runs: auto = start CUDA MPS where the node allows it (reported), off = never
 
     def __post_init__(self) -> None:
         if self.kind not in ("local", "slurm"):
             raise ValueError(f"executor.kind: must be 'local' or 'slurm', got {self.kind!r}")
         if self.start not in ("exec", "fork"):
             raise ValueError(f"executor.start: must be 'exec' or 'fork', got {self.start!r}")
-        for key, low in (("max_parallel", 1), ("max_retries", 0), ("gpus_per_run", 0)):
+        if self.mps not in ("auto", "off"):
+            raise ValueError(f"executor.mps: must be 'auto' or 'off', got {self.mps!r}")
+        for key, low in (
+            ("max_parallel", 1), ("max_retries", 0), ("gpus_per_run", 0), ("runs_per_gpu", 1), ("gpu_memory_mib", 0),
+        ):  # fmt: skip
             if getattr(self, key) < low:
                 raise ValueError(f"executor.{key}: must be >= {low}, got {getattr(self, key)!r}")
 

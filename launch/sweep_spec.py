@@ -3,7 +3,9 @@
 The spec is itself loaded with ``runconfig.load_config`` against :class:`SweepSpec`, so an
 unknown top-level key or a bad executor value is reported like any config error. Every
 grid value and then every grid point is loaded as a full run config before anything runs:
-a bad key fails here, naming the spec file, the grid entry (or point) and the key.
+a bad key fails here, naming the spec file, the grid entry (or point) and the key. The
+``executor:`` keys (kind, max_parallel, max_retries, gpus_per_run, start, runs_per_gpu,
+gpu_memory_mib, mps) are :class:`launch.sweep_plan.ExecutorSettings`, typed and checked there.
 """
 
 from __future__ import annotations

@@ -1,12 +1,23 @@
-"""Start CPU trainers by forking a process that has already imported them (``executor.start: fork``).
+"""Start trainers by forking a process that has already imported them (``executor.start: fork``).
 
 Importing torch and megatron-core takes about 6 s per process on this project's 2-core
 machines, as long as training a depth-2 model of the CPU demo: a sweep of a hundred short
 runs spends a fifth of its wall time importing. With ``start: fork`` the local executor
 starts one *fork server* (``python -m launch.warm_start``, exec'd clean), which imports the
 trainer once and forks one child per run; the child calls ``train_gpt.main(args)`` exactly as
-``python train_gpt.py args`` would. Only CPU runs of the in-tree trainer are forked (CUDA does
-not survive a fork; any other trainer command is exec'd as before).
+``python train_gpt.py args`` would. Only runs of the in-tree trainer on at most one GPU are
+forked (any other trainer command, and torchrun's multi-GPU runs, are exec'd as before).
+
+GPU runs: CUDA does not survive a fork, so the server must never initialise it. It imports
+with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (torch's own switch that makes
+``torch.cuda.is_available()`` ask NVML instead of initialising the driver, for exactly this
+purpose), checks afterwards that torch has not initialised CUDA, and before the first GPU run
+forks a probe child that initialises CUDA and allocates on the GPU. Each child sets its run's
+environment (``CUDA_VISIBLE_DEVICES``, MPS) before anything touches CUDA, so it initialises
+CUDA itself, on its own GPU. If any check fails, the server refuses GPU runs
+(:class:`ForkRefused`, with the reason) and the executor starts them as new processes.
+``DEPTHMUP_GPU_FORK=off`` (in the executor's environment) never forks GPU runs; ``on`` skips the
+probe (the check that the server has not initialised CUDA stays).
 
 Why a separate server rather than forking the executor: a process that has run a torch
 operation owns an OpenMP thread pool, and a child forked from it hangs at its first parallel
@@ -15,15 +26,18 @@ notebook) that has; the server never runs a torch operation and has no other thr
 not ``multiprocessing``'s forkserver because that one is shared by the whole process
 (data_prep's workers preload other modules into it) and its children hold it alive.
 
-Lifetimes: the server gets SIGTERM when the executor dies (``PR_SET_PDEATHSIG``, as exec'd
-trainers do) and each trainer gets SIGTERM when the server dies, so a SIGKILLed executor still
-leaves every trainer to checkpoint and exit 75. The server reaps its children and reports
+Lifetimes: the server gets SIGKILL when the executor dies (``PR_SET_PDEATHSIG``) and each
+trainer gets SIGTERM when the server dies, so a SIGKILLed executor still leaves every trainer
+to checkpoint and exit 75. The server ignores SIGTERM and SIGINT: sent to the whole process
+group (``timeout``, Ctrl-C, a batch system's time limit) they are for the trainers, whose exit
+75 the server must live to report. The server reaps its children and reports
 their exit codes; :class:`ForkedTrainer` offers the part of ``subprocess.Popen`` that the
 executor uses (``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal``, ``terminate``).
 
-Protocol (one JSON object per line): the executor writes ``{"argv", "env", "log", "cwd"}``;
-the server answers ``{"started": pid}`` to each request in order, and ``{"exited": pid,
-"code": c}`` when a child ends (``c`` as ``Popen.returncode``: ``-N`` for signal N).
+Protocol (one JSON object per line): the executor writes ``{"argv", "env", "log", "cwd",
+"gpu"}`` (or ``{"status": true}``); the server answers ``{"started": pid}`` or ``{"refused":
+why}`` to each request in order (``{"status": {...}}`` to a status request), and ``{"exited":
+pid, "code": c}`` when a child ends (``c`` as ``Popen.returncode``: ``-N`` for signal N).
 """
 
 from __future__ import annotations
@@ -48,12 +62,18 @@ from rundir.contract import ExitCode
 
 START_METHODS = ("exec", "fork")
 REAP_SECONDS = 0.05  # how often the server looks for ended children between requests
+GPU_FORK_ENV = "DEPTHMUP_GPU_FORK"  # auto (probe) | on (no probe) | off (never fork GPU runs)
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+class ForkRefused(LaunchError):
+    """The fork server will not start this run (a GPU run where forking is not safe)."""
 
 
 def forkable(argv: Sequence[str], gpus: Sequence[str]) -> bool:
-    """True for ``[this python, <repo>/train_gpt.py, ...]`` on a slot without GPUs."""
+    """True for ``[this python, <repo>/train_gpt.py, ...]`` on a slot of at most one GPU."""
     return (
-        not gpus
+        len(gpus) <= 1
         and len(argv) >= 2
         and Path(argv[0]).resolve() == Path(sys.executable).resolve()
         and Path(argv[1]).resolve() == DEFAULT_TRAINER_SCRIPT
@@ -112,22 +132,37 @@ class ForkServer:
     def start(self) -> None:
         repo = DEFAULT_TRAINER_SCRIPT.parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+        env[NVML_CHECK_ENV] = "1"  # the server's imports must not initialise CUDA (children set their own env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "launch.warm_start"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
             cwd=repo,
-            preexec_fn=die_with_parent(os.getpid()),
+            # SIGKILL, not SIGTERM: a SIGTERM is for the trainers (the server outlives it, below)
+            preexec_fn=die_with_parent(os.getpid(), signal.SIGKILL),
         )
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._buffer = b""
 
-    def fork(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None) -> int:
-        """Ask the server for a child running ``argv``; returns its pid once it exists."""
+    def fork(
+        self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None, gpu: bool = False
+    ) -> int:
+        """Ask the server for a child running ``argv``; returns its pid once it exists.
+        Raises :class:`ForkRefused` when the server will not fork a GPU run (``gpu``)."""
+        request = {"argv": list(argv), "env": dict(env), "log": str(log), "cwd": str(cwd or Path.cwd()), "gpu": gpu}
+        message = self._ask(request, ("started", "refused"))
+        if "refused" in message:
+            raise ForkRefused(message["refused"])
+        return int(message["started"])
+
+    def status(self) -> dict:
+        """The server's own state: whether it initialised CUDA, and what it says of GPU forks."""
+        return self._ask({"status": True}, ("status",))["status"]
+
+    def _ask(self, request: dict, answers: tuple[str, ...]) -> dict:
         if not self.running():
             self.start()
-        request = {"argv": list(argv), "env": dict(env), "log": str(log), "cwd": str(cwd or Path.cwd())}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
@@ -135,8 +170,8 @@ class ForkServer:
             raise LaunchError(f"the trainer fork server (pid {self.proc.pid}) is gone: {exc}") from exc
         while True:
             for message in self._read(block=True):
-                if "started" in message:
-                    return int(message["started"])
+                if any(a in message for a in answers):
+                    return message
 
     def poll(self) -> None:
         """Record the exit codes the server has reported so far (never blocks)."""
@@ -222,11 +257,12 @@ atexit.register(_SERVER.close)
 
 
 def fork_trainer(
-    argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None
+    argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Optional[Path] = None, gpu: bool = False
 ) -> ForkedTrainer:
     """Run ``train_gpt.main(argv[2:])`` in a child of this process's fork server (started on
-    first use), with ``env``, in ``cwd``, stdout and stderr appended to ``log``."""
-    pid = _SERVER.fork(argv, env=env, log=log, cwd=cwd)
+    first use), with ``env``, in ``cwd``, stdout and stderr appended to ``log``. ``gpu``: the
+    run uses a GPU; raises :class:`ForkRefused` where the server cannot fork one safely."""
+    pid = _SERVER.fork(argv, env=env, log=log, cwd=cwd, gpu=gpu)
     return ForkedTrainer(_SERVER, pid)
 
 
@@ -273,6 +309,60 @@ def _child(request: dict, server_pid: int, protocol_fds: Sequence[int]) -> None:
             os._exit(code if isinstance(code, int) else 1)
 
 
+def cuda_initialized() -> bool:
+    """Whether torch has initialised CUDA in this process (then no child may use CUDA)."""
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+def _probe_child() -> None:
+    """Runs in a forked child: initialise CUDA and allocate on the GPU; exit 0 when that works."""
+    code = 1
+    try:
+        import torch
+
+        torch.cuda.init()
+        torch.zeros(1, device="cuda").add_(1).item()
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - the reason goes back to the server, on fd 2
+        os.write(2, f"{type(exc).__name__}: {exc}\n".encode())
+    finally:
+        os._exit(code)
+
+
+def gpu_fork_check(probe_env: Mapping[str, str]) -> Optional[str]:
+    """None when a GPU run may be forked from this process, else why not (server side).
+    ``probe_env``: the run's environment, whose ``DEPTHMUP_GPU_FORK`` is the setting."""
+    setting = probe_env.get(GPU_FORK_ENV, "auto")
+    if setting == "off":
+        return f"{GPU_FORK_ENV}=off"
+    if setting not in ("on", "auto"):
+        return f"{GPU_FORK_ENV}={setting!r} is not one of auto, on, off"
+    if cuda_initialized():
+        return "the fork server's imports initialised CUDA"
+    if setting == "on":
+        return None
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.dup2(write, 2)
+        os.environ.clear()
+        os.environ.update(probe_env)
+        _probe_child()
+    os.close(write)
+    with os.fdopen(read, errors="replace") as fh:
+        said = fh.read().strip()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return f"a forked child could not use CUDA ({said.splitlines()[-1] if said else f'exit {code}'})"
+    return None
+
+
 def serve() -> ExitCode:
     """The server: preload, then fork a child per request line until end of input."""
     requests = os.dup(0)
@@ -281,10 +371,17 @@ def serve() -> ExitCode:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # a stray print in an imported module must not corrupt the protocol
     os.close(devnull)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the trainers directly
+    # A terminal's Ctrl-C, or a SIGTERM to the whole process group (`timeout`, a batch system's
+    # time limit), reaches the trainers directly: they checkpoint and exit 75, and the server must
+    # live on to report that (dead, its children would read as killed). It ends at end of input,
+    # or by SIGKILL when the executor dies; its children get SIGTERM then (their parent-death signal).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.environ.setdefault(NVML_CHECK_ENV, "1")  # before torch is imported: is_available() must not init CUDA
     preload()
     children: set[int] = set()
     buffer = b""
+    gpu_checks: dict[str, Optional[str]] = {}  # DEPTHMUP_GPU_FORK setting -> refusal (None: GPU forks are safe)
 
     def reply(message: dict) -> None:
         os.write(replies, (json.dumps(message) + "\n").encode())
@@ -307,6 +404,20 @@ def serve() -> ExitCode:
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 request = json.loads(line)
+                if request.get("status"):
+                    state = {"cuda_initialized": cuda_initialized(), NVML_CHECK_ENV: os.environ.get(NVML_CHECK_ENV)}
+                    reply({"status": {**state, "gpu_checks": gpu_checks}})
+                    continue
+                if request.get("gpu"):
+                    setting = request["env"].get(GPU_FORK_ENV, "auto")
+                    if setting not in gpu_checks:
+                        gpu_checks[setting] = gpu_fork_check(request["env"])
+                    refusal = gpu_checks[setting] or (
+                        "the fork server initialised CUDA" if cuda_initialized() else None
+                    )
+                    if refusal is not None:
+                        reply({"refused": refusal})
+                        continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 server_pid = os.getpid()

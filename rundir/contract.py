@@ -47,6 +47,7 @@ class Status(str, Enum):
     INVALID = "invalid"  # the trainer refused its config (attempts: exit 2)
     BUSY = "busy"  # the run directory was locked by another process (attempts: exit 4)
     INTERRUPTED = "interrupted"  # stopped by the launcher's own shutdown, or its launcher died (attempts)
+    NO_MEMORY = "no_memory"  # ran out of GPU memory beside other runs packed on its GPU (attempts): requeued
     RUNNING = "running"  # locked by a live trainer, or an attempt is open (states)
     PENDING = "pending"  # not started, or resumable (states, results.csv)
 

@@ -8,18 +8,19 @@ every run of the study starts from (depth, preset, LR and seed are the planner's
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from study.corpus import corpus_jsonl
+from study.corpus import CorpusError, corpus_jsonl
 from study.log import log as _log
 from study.spec import Study
 
 
 def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
     """The run config every demo run starts from (depth, preset and LR are swept)."""
-    return {
+    config = {
         "model": {
             "num_layers": s.depths[0],
             "hidden_size": s.hidden_size,
@@ -29,26 +30,58 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
         "parametrization": {"preset": "sp", "base_num_layers": s.depths[0], "base_hidden_size": s.hidden_size},
         "optimizer": {"name": "adamw", "lr": 2.0 ** s.base_lrs_log2[0], "min_lr_ratio": 0.1, "weight_decay": 0.0},
         "scheduler": {"decay_style": "cosine", "warmup_steps": s.warmup},
-        "training": {"steps": s.steps, "micro_batch_size": s.batch, "global_batch_size": s.batch},
+        "training": {"steps": s.steps, "micro_batch_size": s.micro_batch or s.batch, "global_batch_size": s.batch},
         "eval": {"at": [0.5, 1.0], "batches": s.eval_batches},
         "data": {"manifest": str(manifest_dir)},
         "run": {"dir": "unused", "seed": 0},
-        "checkpoint": {"final": False, "interval": max(50, s.steps // 4)},
+        "checkpoint": {"final": False, "interval": s.checkpoint_interval or max(50, s.steps // 4)},
         "logging": {"interval": 20, "progress_bar": False, "diagnostics_interval": s.diagnostics_interval},
-        "parallel": {"device": "cpu"},
+        "parallel": {"device": s.device},
     }
+    if s.precision != "auto":  # only where set: the CPU studies' base configs stay as they were
+        config["training"]["precision"] = s.precision
+    return config
 
 
 def prepare_data(out: Path, s: Study, workers: int) -> Path:
     """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done."""
-    from data_prep.api import build_from_texts
-
-    cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
-    corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus")
     data_dir = out / "data"
-    manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
+    manifest = carried_manifest(out, s)
+    if manifest is None:
+        from data_prep.api import build_from_texts
+
+        cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
+        corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", s.corpus)
+        manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
     _log(
         f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
         f"({manifest['train']['documents']} / {manifest['valid']['documents']} chapters), vocab {s.vocab_size}"
     )
+    tokens = s.steps * s.batch * s.seq_length
+    _log(
+        f"each run trains on {tokens:,} tokens: {tokens / manifest['train']['tokens']:.2f} passes over the train split"
+    )
     return data_dir
+
+
+def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
+    """The manifest of ``out/data`` when it was built on another machine and carried here
+    without its corpus (a GPU node that cannot download it: docs/gpu_runs.md), else None.
+
+    Only when ``out/corpus/<corpus>.jsonl`` is absent; the manifest must then be complete and
+    of the study's vocabulary and corpus (checked), or the study stops naming what differs.
+    """
+    if (out / "corpus" / f"{s.corpus}.jsonl").is_file():
+        return None
+    path = out / "data" / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    inputs = [Path(p).name for p in manifest.get("config", {}).get("input", {}).get("paths", [])]
+    vocab = manifest.get("tokenizer", {}).get("vocab_size")
+    if inputs != [f"{s.corpus}.jsonl"] or vocab != s.vocab_size:
+        raise CorpusError(
+            f"{path}: built from {inputs} at vocab {vocab}, but study {s.name!r} trains on {s.corpus!r} at vocab "
+            f"{s.vocab_size}; rebuild it where the corpus can be fetched"
+        )
+    return manifest

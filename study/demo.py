@@ -37,7 +37,14 @@ def write_sweep_spec(out: Path, s: Study, data_dir: Path, workers: int, executor
     spec = {
         "name": s.name,
         "base_config": base_path.name,
-        "executor": {"kind": executor, "max_parallel": workers, "max_retries": 1, "gpus_per_run": 0, "start": "fork"},
+        "executor": {
+            "kind": executor,
+            "max_parallel": workers,
+            "max_retries": 1,
+            "gpus_per_run": 1 if s.device == "cuda" else 0,
+            "runs_per_gpu": s.runs_per_gpu,
+            "start": "fork",
+        },
         "slurm": slurm or {},
     }
     atomic_write_text(spec_path, yaml.safe_dump(spec, sort_keys=False))

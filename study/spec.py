@@ -54,6 +54,17 @@ class Study:
     # optional: how a cell's seed losses are averaged, by the planner and by eval transfer
     # (eval/seed_model.py): "independent" (plain seed means) or "additive" (seed offsets removed)
     seed_model: str = "independent"
+    # optional, for studies on GPUs (the defaults are the CPU study's, so older study files and
+    # their run configs are unchanged): the device and precision of every run, the corpus (a
+    # row of data_prep.registry_corpora), the micro-batch (0: batch, no accumulation), the runs
+    # sharing one GPU (executor.runs_per_gpu) and checkpoint.interval (0: max(50, steps // 4);
+    # >= steps: no periodic checkpoint, only the one a preempted run writes)
+    device: str = "cpu"
+    precision: str = "auto"
+    corpus: str = "kjv"
+    micro_batch: int = 0
+    runs_per_gpu: int = 1
+    checkpoint_interval: int = 0
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -63,6 +74,9 @@ class Study:
 
 _TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
 OPTIONAL = ("variants", "diagnostics_interval", "base_seeds", "seed_model")
+GPU_OPTIONAL = ("device", "precision", "corpus", "micro_batch", "runs_per_gpu", "checkpoint_interval")
+DEVICES = ("cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")
 # Keys a variant may not set: the planner sweeps them, or the shared run shape fixes them.
 _PLANNED_KEYS = ("model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed", "run.dir")
 
@@ -91,7 +105,7 @@ def load_study(name_or_path: str, **overrides: Any) -> Study:
         raise LaunchError(f"{path}: expected a mapping of study keys")
     names = [f.name for f in fields(Study)]
     unknown = sorted(set(raw) - set(names))
-    missing = [n for n in names if n not in raw and n not in OPTIONAL]
+    missing = [n for n in names if n not in raw and n not in OPTIONAL + GPU_OPTIONAL]
     if unknown:
         raise LaunchError(f"{path}: unknown key(s) {unknown}; a study has {names}")
     if missing:
@@ -180,3 +194,25 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: warmup: must be in [0, steps={s.steps}), got {s.warmup}")
     if s.hidden_size % s.heads:
         raise LaunchError(f"{path}: hidden_size {s.hidden_size} is not divisible by heads {s.heads}")
+    _check_gpu_keys(path, s)
+
+
+def _check_gpu_keys(path: Path, s: Study) -> None:
+    from data_prep.registry_corpora import CORPORA
+
+    if s.device not in DEVICES:
+        raise LaunchError(f"{path}: device: must be one of {list(DEVICES)}, got {s.device!r}")
+    if s.precision not in PRECISIONS:
+        raise LaunchError(f"{path}: precision: must be one of {list(PRECISIONS)}, got {s.precision!r}")
+    if s.precision == "bf16" and s.device != "cuda":
+        raise LaunchError(f"{path}: precision: bf16 needs device: cuda (the CPU path trains in fp32)")
+    if s.corpus not in CORPORA:
+        raise LaunchError(f"{path}: corpus: unknown corpus {s.corpus!r}; the corpora are {sorted(CORPORA)}")
+    if s.micro_batch < 0 or (s.micro_batch and s.batch % s.micro_batch):
+        raise LaunchError(f"{path}: micro_batch: must be 0 (= batch) or divide batch {s.batch}, got {s.micro_batch}")
+    if s.runs_per_gpu < 1:
+        raise LaunchError(f"{path}: runs_per_gpu: must be >= 1, got {s.runs_per_gpu}")
+    if s.checkpoint_interval < 0:
+        raise LaunchError(
+            f"{path}: checkpoint_interval: must be >= 0 (0: max(50, steps // 4)), got {s.checkpoint_interval}"
+        )

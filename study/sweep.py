@@ -48,7 +48,9 @@ class AdaptiveSweep:
             # how and where runs start changes no result: take them from this invocation's spec
             self.plan = replace(
                 self.plan,
-                executor=replace(self.plan.executor, start=self.spec.executor.start),
+                executor=replace(
+                    self.plan.executor, start=self.spec.executor.start, runs_per_gpu=self.spec.executor.runs_per_gpu
+                ),
                 slurm=asdict(self.spec.slurm),
             )
             for run in self.plan.runs:

@@ -13,6 +13,9 @@ Test knobs (environment):
   FAKE_DIVERGE_LR     optimizer.lr above this diverges at step 3 (default 0.01)
   FAKE_FAIL_MATCH     runs whose run.dir contains this text crash (exit 1) at step 2 ...
   FAKE_FAIL_TIMES     ... on their first N starts (default: always)
+  FAKE_OOM_MATCH      runs whose run.dir contains this text fail at their first step with a CUDA
+                      out-of-memory reason in summary.json (exit 1) ...
+  FAKE_OOM_TIMES      ... on their first N starts (default 1)
 Every start appends {"event": "start", "pid", "start_step", "time"} to RUN_DIR/fake_events.jsonl
 and every exit an "end" event, so tests can count attempts and check they never overlap.
 Under torchrun (WORLD_SIZE > 1) the ranks all-reduce over gloo and rank 0 writes dist.json.
@@ -190,6 +193,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
         attempt=attempt,
         omp=os.environ.get("OMP_NUM_THREADS"),
         gpus=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        mps=os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
     )
     atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
 
@@ -199,6 +203,8 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
     diverge_lr = float(os.environ.get("FAKE_DIVERGE_LR", "0.01"))
     fail_match = os.environ.get("FAKE_FAIL_MATCH")
     fail_times = int(os.environ.get("FAKE_FAIL_TIMES", "1000000"))
+    oom_match = os.environ.get("FAKE_OOM_MATCH")
+    oom_times = int(os.environ.get("FAKE_OOM_TIMES", "1"))
 
     def end(status: Status, reason) -> int:
         code = EXIT_OF_STATUS[status]
@@ -207,6 +213,9 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
         _event(run_dir, event="end", exit_code=int(code), step=step)
         return code
 
+    if oom_match and oom_match in str(run_dir) and attempt <= oom_times:
+        time.sleep(step_s)
+        return end(Status.FAILED, "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB")
     while step < steps:
         if PREEMPT["signal"] is not None:
             _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
