@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
 EXAMPLES = """examples:
@@ -77,6 +78,7 @@ def _flag_layer(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
+    quiet_libraries()
     args = _parser().parse_intermixed_args(argv)  # overrides may come before or after flags
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr

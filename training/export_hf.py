@@ -34,6 +34,7 @@ import torch
 
 from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
+from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
@@ -227,6 +228,10 @@ def export(
 
 
 def main(argv: Optional[list[str]] = None) -> ExitCode:
+    quiet_libraries()
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # a bar per shard written and loaded: noise around a one-line result
     parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
