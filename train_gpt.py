@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import warnings
 
+from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
 
@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
-    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*not installed.*")
+    quiet_libraries()
     args = parse_args(argv)
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))

@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
 EXAMPLES = """examples:
@@ -37,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML config (schema: data_prep/config.py, docs/data_prep.md)")
     p.add_argument("--input", action="append", help="input file, directory or glob (repeatable) -> input.paths")
     p.add_argument("--output", help="output directory -> output.dir")
-    p.add_argument("--format", help="jsonl | parquet | wet | warc | auto -> input.format")
-    p.add_argument("--text-key", help="JSONL/parquet text field -> input.text_key")
+    p.add_argument("--format", help="jsonl | parquet | arrow | wet | warc | auto -> input.format")
+    p.add_argument("--text-key", help="JSONL field / parquet or Hugging Face dataset column -> input.text_key")
     p.add_argument("--vocab-size", type=int, help="train a SentencePiece model of this size -> tokenizer.vocab_size")
     p.add_argument("--tokenizer", help="existing SentencePiece .model or HF tokenizer.json -> tokenizer.path")
     p.add_argument("--workers", type=int, help="worker processes (0: in this process) -> runtime.workers")
@@ -77,6 +78,7 @@ def _flag_layer(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
+    quiet_libraries()
     args = _parser().parse_intermixed_args(argv)  # overrides may come before or after flags
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr

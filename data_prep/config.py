@@ -18,7 +18,7 @@ from typing import Optional
 from jobscripts.scripts import SlurmOptions
 from runconfig.checks import check_at_least, check_choice, check_fraction
 
-FORMATS = ("auto", "jsonl", "parquet", "wet", "warc")
+FORMATS = ("auto", "jsonl", "parquet", "arrow", "wet", "warc")
 NORMALIZATIONS = ("NFC", "NFKC", "none")
 
 _choice = check_choice
@@ -31,8 +31,11 @@ class InputConfig:
     """Where the raw shards are and how to read them."""
 
     paths: list[str] = field(default_factory=list)  # files, directories or glob patterns
-    format: str = "auto"  # auto (from the file name) | jsonl | parquet | wet | warc
-    text_key: str = "text"  # JSONL / parquet field holding the document text
+    format: str = "auto"  # auto (from the file name) | jsonl | parquet | arrow | wet | warc
+    text_key: str = "text"  # JSONL field / parquet or Arrow (Hugging Face dataset) column holding the text
+    # Hugging Face dataset folders (save_to_disk, hub cache; data_prep/hf_datasets.py):
+    hf_split: str = "train"  # the split read from a DatasetDict or a hub dataset
+    hf_config: Optional[str] = None  # a hub dataset's config name (None: its default)
     html_extractor: str = "resiliparse"  # WARC HTML -> text: resiliparse | trafilatura
     html_main_content: bool = True  # resiliparse: drop navigation/boilerplate
     on_decode_error: str = "skip"  # undecodable bytes in a record: skip the record | replace (U+FFFD)
@@ -48,6 +51,8 @@ class InputConfig:
         _choice("input.on_decode_error", self.on_decode_error, ("skip", "replace"))
         if not self.text_key:
             raise ValueError("input.text_key: must not be empty")
+        if not self.hf_split:
+            raise ValueError("input.hf_split: must not be empty")
         _at_least("input.max_record_bytes", self.max_record_bytes, 1)
         _at_least("input.read_block_bytes", self.read_block_bytes, 1024)
         _at_least("input.shard_bytes", self.shard_bytes, 1)

@@ -1,4 +1,4 @@
-"""Read raw shards (JSONL, parquet, WET, WARC) into batches of document texts.
+"""Read raw shards (JSONL, parquet, Arrow, WET, WARC) into batches of document texts.
 
 Every reader yields ``list[str]`` batches and reports what it could not use to a
 :class:`ReadLog`: records it skipped (with the file and the line, row group, or WARC
@@ -43,6 +43,7 @@ _SUFFIX_FORMATS = (
     (".ndjson", "jsonl"),
     (".json", "jsonl"),
     (".parquet", "parquet"),
+    (".arrow", "arrow"),  # a Hugging Face dataset's Arrow stream file (save_to_disk, hub cache)
 )
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 NEWLINE = b"\n"
@@ -56,10 +57,11 @@ class InputError(ValueError):
 @dataclass
 class InputFile:
     path: str  # absolute path
-    format: str  # jsonl | parquet | wet | warc
+    format: str  # jsonl | parquet | arrow | wet | warc
     # Part of the file to read (data_prep/shards.py): byte range [start, end) of a plain JSONL
     # file (the lines whose first byte lies in it), whole gzip members [start, end) of a
-    # multi-member gzip file, or row groups [first, last) of a parquet file.
+    # multi-member gzip file, row groups [first, last) of a parquet file, or rows [first,
+    # last) of an Arrow file.
     span: Optional[tuple[int, int]] = None
 
 
@@ -106,10 +108,23 @@ def detect_format(path: str) -> str | None:
 
 
 def expand_inputs(cfg: InputConfig) -> list[InputFile]:
-    """Files from ``input.paths`` (files, directories, globs), sorted, each with its format."""
+    """Files from ``input.paths`` (files, directories, globs), sorted, each with its format.
+
+    A directory that is a Hugging Face dataset (save_to_disk, hub cache) gives the files of
+    ``input.hf_split`` in the dataset's own row order (data_prep/hf_datasets.py), not sorted.
+    """
+    from data_prep.hf_datasets import HFDatasetError, hf_dataset_files, is_hf_dataset
+
     found: dict[str, str | None] = {}
+    ordered: list[InputFile] = []  # Hugging Face datasets: their order, before the sorted rest
     for pattern in cfg.paths:
         pattern = os.path.expanduser(pattern)
+        if os.path.isdir(pattern) and is_hf_dataset(pattern):
+            try:
+                ordered += [InputFile(path, fmt) for path, fmt in hf_dataset_files(pattern, cfg)]
+            except HFDatasetError as exc:
+                raise InputError(str(exc)) from exc
+            continue
         if os.path.isdir(pattern):
             for root, _dirs, files in os.walk(pattern):
                 for name in files:
@@ -132,11 +147,11 @@ def expand_inputs(cfg: InputConfig) -> list[InputFile]:
     if unknown:
         raise InputError(
             f"input.format: cannot tell the format of {unknown[0]!r} from its name; "
-            f"set input.format to one of jsonl, parquet, wet, warc"
+            f"set input.format to one of jsonl, parquet, arrow, wet, warc"
         )
-    if not found:
+    if not found and not ordered:
         raise InputError(f"input.paths: {list(cfg.paths)} holds no readable input files")
-    return [InputFile(path, fmt) for path, fmt in sorted(found.items())]  # type: ignore[arg-type]
+    return ordered + [InputFile(path, fmt) for path, fmt in sorted(found.items())]  # type: ignore[arg-type]
 
 
 def read_documents(source: InputFile, cfg: InputConfig, log: ReadLog) -> Iterator[list[str]]:
@@ -147,6 +162,8 @@ def read_documents(source: InputFile, cfg: InputConfig, log: ReadLog) -> Iterato
             yield from _read_jsonl(source.path, cfg, log, source.span)
         elif source.format == "parquet":
             yield from _read_parquet(source.path, cfg, log, source.span)
+        elif source.format == "arrow":
+            yield from _read_arrow(source.path, cfg, log, source.span)
         else:
             if source.span is not None and not source.path.lower().endswith(".gz"):
                 raise ValueError(f"{source.path}: only gzip {source.format} files are read in spans")
@@ -459,6 +476,51 @@ def _read_parquet(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, in
             text = _valid_utf8(text, cfg, log, f"row {row}")
             if text is not None:
                 texts.append(text)
+        log.records += len(texts)
+        yield texts
+
+
+# ----------------------------------------------------------------------------- Arrow
+
+
+def open_arrow(path: str):
+    """A Hugging Face dataset Arrow file, memory-mapped by ``datasets`` (nothing is copied)."""
+    from datasets import Dataset
+
+    return Dataset.from_file(path)
+
+
+def _read_arrow(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None) -> Iterator[list[str]]:
+    """Rows [first, last) of a Hugging Face dataset's Arrow stream file, as the parquet reader:
+    a missing text is a skipped ``row N``, an over-long one ``too_long``."""
+    try:
+        table = open_arrow(path).data
+    except Exception as exc:  # pyarrow and datasets raise their own errors for broken files
+        log.skip("file", f"not a readable Arrow file: {type(exc).__name__}: {exc}")
+        log.stopped_early = True
+        return
+    if cfg.text_key not in table.column_names:
+        log.skip("file", f"no column {cfg.text_key!r} (columns: {table.column_names[:20]})")
+        log.stopped_early = True
+        return
+    kind = table.schema.field(cfg.text_key).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        log.skip("file", f"column {cfg.text_key!r} has type {kind}, not string")
+        log.stopped_early = True
+        return
+    first, last = span if span is not None else (0, table.num_rows)
+    column = table.column(cfg.text_key)
+    for start in range(first, last, _BATCH_DOCS):
+        values = column.slice(start, min(_BATCH_DOCS, last - start)).to_pylist()
+        texts = []
+        for row, text in enumerate(values, start=start):
+            if text is None:
+                log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
+                continue
+            if len(text) > cfg.max_record_bytes:
+                log.dropped["too_long"] += 1
+                continue
+            texts.append(text)
         log.records += len(texts)
         yield texts
 

@@ -3,7 +3,8 @@
 A worker's speed is one shard's speed, so a single large input must become many shards for
 the cores (or array tasks) to share it. Plain JSONL is cut into ``input.shard_bytes`` byte
 ranges (a line belongs to the range holding its first byte, data_prep.readers); parquet into
-runs of row groups of about that much uncompressed data; multi-member gzip files (WET and
+runs of row groups of about that much uncompressed data; Arrow files (Hugging Face datasets)
+into runs of rows of about that much data; multi-member gzip files (WET and
 WARC files, where each record is its own member, and concatenated or block-compressed JSONL)
 into runs of whole members of about that many compressed bytes, cut only where a record
 (WARC/WET) or a line (JSONL) starts: see :func:`_gzip_member_spans`. A single-member gzip and
@@ -43,7 +44,7 @@ class Shard:
         """The shard in an error message: the path, plus the span when it is part of a file."""
         if self.source.span is None:
             return self.source.path
-        unit = "row groups" if self.source.format == "parquet" else "bytes"
+        unit = {"parquet": "row groups", "arrow": "rows"}.get(self.source.format, "bytes")
         return f"{self.source.path} ({unit} {self.source.span[0]}-{self.source.span[1]})"
 
 
@@ -76,6 +77,8 @@ def _spans(source: InputFile, shard_bytes: int) -> list[tuple[int, int] | None]:
         return list(zip(bounds[:-1], bounds[1:]))
     if source.format == "parquet":
         return _row_group_spans(source.path, shard_bytes)
+    if source.format == "arrow":
+        return _row_spans(source.path, shard_bytes)
     if source.path.lower().endswith(".gz"):
         try:
             return _gzip_member_spans(source.path, source.format, shard_bytes)
@@ -200,6 +203,23 @@ def _row_group_spans(path: str, shard_bytes: int) -> list[tuple[int, int] | None
     if first < meta.num_row_groups:
         spans.append((first, meta.num_row_groups))
     return spans if len(spans) > 1 else [None]
+
+
+def _row_spans(path: str, shard_bytes: int) -> list[tuple[int, int] | None]:
+    """Runs of rows of an Arrow file holding about ``shard_bytes`` of data each (its rows are
+    memory-mapped: any row range is read without the rows before it)."""
+    from data_prep.readers import open_arrow
+
+    try:
+        table = open_arrow(path).data
+    except Exception:
+        return [None]  # not readable: the reader reports it
+    rows, size = table.num_rows, table.nbytes
+    count = min(rows, math.ceil(size / shard_bytes)) if rows else 0
+    if count <= 1:
+        return [None]
+    bounds = [rows * k // count for k in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def shards_to_json(shards: list[Shard]) -> list[dict]:

@@ -143,9 +143,11 @@ def _run_tasks(pool: cf.Executor, fn: Callable, tasks: Sequence, desc: str, prog
 
 
 def clean_fingerprint(cfg: DataPrepConfig) -> str:
-    """Reading and cleaning settings; not the paths (shards are keyed by path and span), the
-    shard size, or near-dedup (a later stage)."""
-    reading = {k: v for k, v in asdict(cfg.input).items() if k not in ("paths", "shard_bytes")}
+    """Reading and cleaning settings; not the paths or the Hugging Face split and config (they
+    choose files, and shards are keyed by path and span), the shard size, or near-dedup (a
+    later stage)."""
+    skip = ("paths", "shard_bytes", "hf_split", "hf_config")
+    reading = {k: v for k, v in asdict(cfg.input).items() if k not in skip}
     cleaning = {k: v for k, v in asdict(cfg.clean).items() if k != "near_dedup"}
     return fingerprint(reading, cleaning)
 
@@ -179,7 +181,7 @@ def clean(job: Job, pool: cf.Executor, shards: Sequence[Shard]) -> None:
 
 
 def _span_bytes(source) -> int:
-    if source.span is not None and source.format != "parquet":
+    if source.span is not None and source.format not in ("parquet", "arrow"):  # spans of rows, not bytes
         return source.span[1] - source.span[0]
     return input_identity(source.path)["size"] or 0
 

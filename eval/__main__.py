@@ -19,6 +19,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 
+from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
 SUBCOMMANDS: dict[str, str] = {
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     return ExitCode(args._run(args))
 

@@ -132,6 +132,11 @@ def evaluate(folder: Path, args: argparse.Namespace) -> tuple[dict[str, Any], li
     record = json.loads((folder / EXPORT_FILE).read_text())
     if not record.get("passed"):
         raise RunDirError(f"{folder / EXPORT_FILE}: the export failed its parity check; not evaluating it")
+    if not record.get("tokenizer"):
+        raise RunDirError(
+            f"{folder / EXPORT_FILE}: exported without a tokenizer (--weights-only, or a run on mock data); "
+            "lm-eval needs the model's tokenizer: export a run trained on tokenized data"
+        )
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     with tempfile.TemporaryDirectory() as local:
         write_local_tasks(Path(local))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from jobscripts.quiet import quiet_libraries
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
@@ -213,6 +214,7 @@ def _cmd_status(args: argparse.Namespace) -> ExitCode:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
+    quiet_libraries()
     parser = _parser()
     args, extra = _split_overrides(parser, sys.argv[1:] if argv is None else argv)
     try:

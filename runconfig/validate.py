@@ -5,6 +5,7 @@ combination of keys, or a key and the device, rules out is checked here, and now
 ``RunConfig.__post_init__`` calls ``validate(cfg)`` (so every entry point that loads a
 config runs it: train_gpt.py, training.show, launch's grid expansion, eval), and the
 trainer calls it again with the device it resolved. Each message starts with the dotted key.
+One rule changes a key instead of refusing it: :func:`apply_data_source`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
     """
     from runconfig.schema import resolve
 
+    apply_data_source(cfg)
     m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
     if sch.warmup_steps >= tr.steps and sch.decay_style != "constant":
         raise ValueError(f"scheduler.warmup_steps: {sch.warmup_steps} must be < training.steps={tr.steps}")
@@ -68,3 +70,27 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
         raise ValueError("model.recompute_modules: name at least one module for model.recompute=selective")
     if par.sequence_parallel and m.block == "linear1":
         raise ValueError("parallel.sequence_parallel: not supported with model.block=linear1")
+
+
+def apply_data_source(cfg: RunConfig) -> None:
+    """A data source given on top of ``data.mock: true`` wins: mock data is turned off.
+
+    ``configs/tiny_cpu.yaml`` says ``mock: true``; a user who adds ``data.manifest=DIR`` (or
+    ``data.train_prefixes``) means to train on that data, and the run's config.yaml then
+    records ``mock: false``. What cannot be honoured is refused, naming both keys: held-out
+    prefixes with mock training data, or a manifest and prefixes at once (the manifest
+    would silently replace the prefixes).
+    """
+    d = cfg.data
+    if d.manifest and (d.train_prefixes or d.valid_prefixes):
+        key = "data.train_prefixes" if d.train_prefixes else "data.valid_prefixes"
+        raise ValueError(
+            f"data.manifest: given together with {key}; give one data source (the manifest has both splits)"
+        )
+    if d.mock and (d.manifest or d.train_prefixes):
+        d.mock = False
+    elif d.mock and d.valid_prefixes:
+        raise ValueError(
+            "data.valid_prefixes: given with data.mock=true and no training data; "
+            "give data.train_prefixes (or data.manifest) too, or drop data.valid_prefixes"
+        )

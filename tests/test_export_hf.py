@@ -59,10 +59,11 @@ def case_overrides(preset: str, layout: str) -> list[str]:
     return [f"parametrization.preset={preset}", *SHAPE, *FAST, *LAYOUTS[layout]]
 
 
-def check_export(run_dir: Path, out: Path, layout: str, preset: str) -> dict:
+def check_export(run_dir: Path, out: Path, layout: str, preset: str, weights_only: bool = True) -> dict:
+    """``weights_only``: the runs here train on mock data, which has no tokenizer to export."""
     from transformers import AutoModelForCausalLM
 
-    record = export(run_dir, out)
+    record = export(run_dir, out, weights_only=weights_only)
     assert record["layout"] == layout and record["preset"] == preset
     p = record["parity"]
     assert p["max_rel_logit_diff"] <= LOGIT_RTOL and p["loss_diff"] <= LOSS_ATOL, p
@@ -101,12 +102,33 @@ def test_an_unfolded_multiplier_fails_parity(tmp_path, megatron, monkeypatch):
     import training.export_hf as export_hf
 
     run = train(tmp_path / "run", case_overrides("depth_mup", "gpt2"))
-    assert export(run, tmp_path / "good")["passed"]
+    assert export(run, tmp_path / "good", weights_only=True)["passed"]
     real = export_hf.folds
     monkeypatch.setattr(export_hf, "folds", lambda cfg, r: dataclasses.replace(real(cfg, r), branch=1.0))
-    assert main([str(run), "--out", str(tmp_path / "bad")]) == 1
+    assert main([str(run), "--out", str(tmp_path / "bad"), "--weights-only"]) == 1
     bad = json.loads((tmp_path / "bad" / "export.json").read_text())
     assert not bad["passed"] and bad["parity"]["max_rel_logit_diff"] > 100 * LOGIT_RTOL
+
+
+def test_a_run_without_a_tokenizer_exports_only_with_weights_only(tmp_path, megatron, capsys):
+    """Mock data has no tokenizer: the export refuses (exit 2, saying why) unless --weights-only;
+    lm-eval then refuses that export with a message, not an assertion inside transformers."""
+    from eval.__main__ import main as eval_main
+
+    run = train(tmp_path / "run", FAST)
+    assert main([str(run), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert "trained on mock data (data.mock=true): there is no tokenizer to export" in err and "--weights-only" in err
+    assert not (tmp_path / "hf").exists()
+    assert main([str(run), "--out", str(tmp_path / "hf"), "--weights-only"]) == 0
+    record = json.loads((tmp_path / "hf" / "export.json").read_text())
+    assert record["passed"] and record["weights_only"] and record["tokenizer"] is None
+    assert not (tmp_path / "hf" / "tokenizer.json").exists()
+    capsys.readouterr()
+    assert eval_main(["lm-eval", str(tmp_path / "hf"), "--tasks", "pydoc_continuation"]) == 2
+    assert "exported without a tokenizer" in capsys.readouterr().err
+    assert eval_main(["lm-eval", str(run), "--tasks", "pydoc_continuation"]) == 2  # a run dir: exported first
+    assert "trained on mock data" in capsys.readouterr().err
 
 
 def config_only_run(tmp_path: Path, *overrides: str) -> Path:
@@ -174,12 +196,24 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
         texts, data, workers=1, valid_fraction=0.1, overrides=[f"tokenizer.path={tmp_path / 'tokenizer.json'}"]
     )
     run = train(tmp_path / "run", ["data.mock=false", f"data.manifest={data}", "model.vocab_size=null", *FAST])
-    record = check_export(run, tmp_path / "hf", "gpt2", "depth_mup")
+    record = check_export(run, tmp_path / "hf", "gpt2", "depth_mup", weights_only=False)
     assert record["tokenizer"]["type"] == "huggingface" and record["tokenizer"]["eos_token"] == "<|endoftext|>"
     parity = record["tokenizer"]["parity"]
     assert parity["texts"] >= 30 and parity["identical_ids"] == parity["texts"] == parity["identical_decode"]
     exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert exported.eos_token_id == tok.token_to_id("<|endoftext|>") == record["vocab"]["eod_id"]
+    assert exported.model_max_length == 64 == record["tokenizer"]["model_max_length"]  # model.seq_length
+    # The tokenizer file changed after the data was made (here: trained to another size): refused.
+    other = Tokenizer(models.BPE())
+    other.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    other.train_from_iterator(texts[:20], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"]))
+    other.save(str(data / "tokenizer.json"))
+    with pytest.raises(ExportError, match=r"tokenizer.json: sha256 .* is not the manifest's .*--weights-only"):
+        export(run, tmp_path / "hf2")
+    (data / "tokenizer.json").unlink()
+    with pytest.raises(ExportError, match=r"tokenizer.json: the run's tokenizer file does not exist"):
+        export(run, tmp_path / "hf2")
+    assert not (tmp_path / "hf2").exists()
 
 
 def test_gpu_dist_checkpoint_exports(tmp_path, megatron, monkeypatch):
@@ -210,5 +244,5 @@ def test_gpu_dist_checkpoint_exports(tmp_path, megatron, monkeypatch):
     monkeypatch.undo()
     record = check_export(run, tmp_path / "hf", "llama", "ode")
     assert record["checkpoint_format"] == "dist"
-    baseline = export(src, tmp_path / "hf_cpu")
+    baseline = export(src, tmp_path / "hf_cpu", weights_only=True)
     assert record["parity"]["loss_megatron"] == pytest.approx(baseline["parity"]["loss_megatron"], abs=1e-6)

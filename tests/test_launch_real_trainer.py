@@ -82,7 +82,7 @@ def test_real_tiny_sweep_completes(tmp_path):
     sweep_dir = tmp_path / "sw"
     spec = REPO / "configs" / "sweeps" / "tiny_cpu.yaml"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
-    _check_sweep(sweep_dir, 12)
+    _check_sweep(sweep_dir, 16)
     for rd in (sweep_dir / "runs").iterdir():
         assert len(attempts.read(rd).attempts) == 1
 
@@ -107,7 +107,7 @@ def test_real_sigkilled_sweep_resumes(tmp_path):
     proc.wait()
     time.sleep(30)  # the orphaned trainers checkpoint and exit 75 (parent-death SIGTERM)
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
-    _check_sweep(sweep_dir, 12)
+    _check_sweep(sweep_dir, 16)
     for rd in (sweep_dir / "runs").iterdir():
         log = attempts.read(rd)
         assert log.failures == 0 and 1 <= len(log.attempts) <= 2

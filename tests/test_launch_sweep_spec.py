@@ -18,16 +18,16 @@ from launch.sweep_spec import expand, load_spec
 from runconfig.loader import parse_overrides
 from tests.launch_fixtures.helpers import TINY_SPEC, TRAIN_GPT, derived_spec
 
-ID_PATTERN = re.compile(r"L[24]-(sp|depth_mup)-lr2\^-(10|8|6)-s0-[0-9a-f]{8}")
+ID_PATTERN = re.compile(r"L[24]-(sp|depth_mup)-lr2\^-(8|7|6|5)-s0-[0-9a-f]{8}")
 
 
-def test_tiny_spec_expands_to_twelve_distinct_deterministic_runs():
+def test_tiny_spec_expands_to_sixteen_distinct_deterministic_runs():
     plan = expand(TINY_SPEC, load_spec(TINY_SPEC))
-    assert len(plan.runs) == 12
+    assert len(plan.runs) == 16
     ids = [r.run_id for r in plan.runs]
-    assert len(set(ids)) == 12
+    assert len(set(ids)) == 16
     assert all(ID_PATTERN.fullmatch(i) for i in ids), ids
-    assert plan.grid["optimizer.lr"] == [2.0**-10, 2.0**-8, 2.0**-6]
+    assert plan.grid["optimizer.lr"] == [2.0**-8, 2.0**-7, 2.0**-6, 2.0**-5]
     assert {r.resolved["training.steps"] for r in plan.runs} == {40}  # same token budget at every depth
     assert {r.resolved["parametrization.base_num_layers"] for r in plan.runs} == {2}
     assert [r.run_id for r in expand(TINY_SPEC, load_spec(TINY_SPEC)).runs] == ids
@@ -149,7 +149,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, capsys):
     code = main(["sweep", str(TINY_SPEC), "--sweep-dir", str(tmp_path / "sw"), "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.count("\n  run  pending") == 12
+    assert out.count("\n  run  pending") == 16
     assert not (tmp_path / "sw").exists()
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from rundir import files as rd
-from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
+from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter, train_line
 
 
 def test_eval_schedule_maps_steps_to_fractions():
@@ -39,17 +39,47 @@ def test_divergence_bound_defaults_to_a_uniform_guess_plus_three_nats():
     assert g.bound == pytest.approx(math.log(512) + 3.0) and g.patience == 4
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_throughput_meter_hand_computed():
-    m = ThroughputMeter(tokens_per_step=1000, world_size=2, flops_per_step=4e12, peak_flops=1e12)
-    m.add(0.5)
-    m.add(1.5)
-    row = m.row()  # mean step 1.0 s: 1000 tok/s; 4e12 / 1 s / 2 GPUs = 2 TFLOP/s per GPU; MFU 2
+    clock = FakeClock()
+    m = ThroughputMeter(tokens_per_step=1000, world_size=2, flops_per_step=4e12, peak_flops=1e12, clock=clock)
+    m.start(10)  # resumed at step 10
+    clock.now += 2.5  # steps 11 and 12 (data loading included)...
+    m.exclude(0.5)  # ...less an evaluation
+    row = m.row(12)  # 2 s over 2 steps: 1000 tok/s; 4e12 / 1 s / 2 GPUs = 2 TFLOP/s per GPU; MFU 2
     assert row == {"step_time_s": 1.0, "tokens_per_s": 1000.0, "tflops_per_gpu": 2.0, "mfu": 2.0}
-    m.add(0.25)
-    assert m.row()["step_time_s"] == 0.25  # a new window after each row
-    cpu = ThroughputMeter(tokens_per_step=10)
-    cpu.add(0.1)
-    assert cpu.row()["tflops_per_gpu"] is None
+    clock.now += 1.0
+    assert m.row(16)["step_time_s"] == 0.25  # a new window (and no exclusion) after each row
+    cpu = ThroughputMeter(tokens_per_step=10, clock=clock)
+    cpu.start(0)
+    clock.now += 0.1
+    assert cpu.row(1)["tflops_per_gpu"] is None
+
+
+def test_train_line_has_megatron_field_names():
+    rates = {"step_time_s": 0.0352, "tokens_per_s": 14545.45, "tflops_per_gpu": None, "mfu": None}
+    line = train_line(
+        10, 40, global_batch_size=8, loss=5.4393, lr=2.5e-3, grad_norm=1.3747, rates=rates, elapsed_s=3661.4, eta_s=59.6
+    )
+    assert line == (
+        "iteration 10/40 | consumed samples: 80 | elapsed time per iteration (ms): 35.2 | tokens/s: 14,545 | "
+        "learning rate: 2.500000E-03 | global batch size: 8 | lm loss: 5.439300E+00 | grad norm: 1.375 | "
+        "elapsed: 1:01:01 | ETA: 0:01:00"
+    )
+    gpu = {"step_time_s": 1.0, "tokens_per_s": 1000.0, "tflops_per_gpu": 412.34, "mfu": 0.41678}
+    line = train_line(
+        5, 100, global_batch_size=8, loss=1.0, lr=1.0, grad_norm=1.0, rates=gpu, elapsed_s=0, eta_s=None, skipped=2
+    )
+    assert "| throughput per GPU (TFLOP/s/GPU): 412.3 | MFU: 41.7% |" in line
+    assert line.startswith("iteration   5/100 |") and "number of skipped iterations: 2" in line
+    assert line.endswith("ETA: ?")
 
 
 def test_checkpointer_saves_on_interval_but_not_at_the_last_step():

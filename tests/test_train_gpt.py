@@ -86,6 +86,22 @@ def test_logged_group_lrs_follow_the_table(reference):
     assert lr["block_vector"] == pytest.approx(0.003 * 2**-0.5)
 
 
+def test_training_line_every_interval_in_console_and_train_log(tmp_path):
+    """A Megatron-style line every logging.interval steps and at the last, the same on the console and
+    in train.log, with metrics.jsonl's numbers; the bar (asked for) stays off when stderr is no terminal."""
+    run = tmp_path / "run"
+    out = train(run, "training.steps=7", "logging.interval=3", "logging.progress_bar=true", "checkpoint.final=false")
+    console = [line for line in out.stderr.splitlines() if " INFO iteration " in line]
+    logged = [line for line in (run / "train.log").read_text().splitlines() if " INFO iteration " in line]
+    assert console == logged and len(logged) == 3, out.stderr[-2000:]
+    assert "\r" not in out.stderr and "step/s" not in out.stderr  # no progress bar in a pipe
+    for line, row in zip(logged, rows(run)):
+        assert f"iteration {row['step']}/7 | consumed samples: {row['step'] * 8} |" in line
+        assert f"| lm loss: {row['loss']:.6E} | grad norm: {row['grad_norm']:.3f} |" in line
+        assert f"| tokens/s: {row['tokens_per_s']:,.0f} |" in line and "| ETA: " in line
+    assert [r["step"] for r in rows(run)] == [3, 6, 7]
+
+
 def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tmp_path):
     """Also with diagnostics every step (the reference has none: same losses), whose rows past
     the restored checkpoint are dropped on resume like the metrics rows."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+from megatron.core.datasets.indexed_dataset import _INDEX_HEADER, DType, get_bin_path, get_idx_path
 
 from runconfig.schema import RunConfig
 
@@ -46,11 +48,19 @@ def read_manifest(path: str | Path) -> Manifest:
     if path.is_dir():
         path = path / "manifest.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise ValueError(f"data.manifest: {path} does not exist") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"data.manifest: {path} is not JSON text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8)"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ValueError(f"data.manifest: {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"data.manifest: {path} is not a data_prep manifest (a JSON {type(data).__name__}, not an object)"
+        )
     base = path.parent
     try:
         tok = data["tokenizer"]
@@ -97,14 +107,93 @@ def _blend(prefixes: list[str], weights: Optional[list[float]]) -> Optional[tupl
     return (list(prefixes), list(weights) if weights else None) if prefixes else None
 
 
-def _check_prefixes(prefixes: list[str], key: str) -> None:
-    for prefix in prefixes:
-        for ext in (".bin", ".idx"):
-            if not Path(prefix + ext).is_file():
-                raise ValueError(f"{key}: {prefix}{ext} does not exist")
+# The fixed part of megatron's .idx header: magic, version (u64), dtype code (u8), sequence
+# count (u64), document-boundary count (u64); then int32 lengths, int64 byte pointers and
+# int64 document boundaries (megatron/core/datasets/indexed_dataset.py, _IndexReader).
+_IDX_FIXED = struct.Struct("<9sQBQQ")
+VOCAB_SAMPLE_TOKENS = 1 << 20  # token ids read per prefix for the vocabulary check (never a full scan)
+_CHUNK = 1 << 20  # sequences per vectorized pass over the index
 
 
-def dataset_config(cfg: RunConfig, tokenizer: TokenizerInfo, cache_dir: Optional[str]) -> GPTDatasetConfig:
+def check_indexed_dataset(prefix: str, key: str, vocab_size: int) -> np.ndarray:
+    """Check one megatron ``.bin/.idx`` pair before megatron reads it; return its sequence lengths.
+
+    Cheap checks only: the index header (magic, version, dtype code), the index's size against
+    its own counts, pointers that follow the lengths (one vectorized pass over the index), the
+    ``.bin`` size against the last pointer + length, and a bounded sample of
+    :data:`VOCAB_SAMPLE_TOKENS` token ids against the vocabulary. Each failure is one
+    ``ValueError`` naming ``key`` and the file.
+    """
+    idx, bin_ = Path(get_idx_path(prefix)), Path(get_bin_path(prefix))
+    for path in (bin_, idx):
+        if not path.is_file():
+            raise ValueError(f"{key}: {path} does not exist")
+    with idx.open("rb") as fh:
+        head = fh.read(_IDX_FIXED.size)
+    if len(head) < _IDX_FIXED.size or head[: len(_INDEX_HEADER)] != _INDEX_HEADER:
+        raise ValueError(f"{key}: {idx} is not a megatron index (no {_INDEX_HEADER!r} header)")
+    _, version, code, n, bounds = _IDX_FIXED.unpack(head)
+    if version != 1:
+        raise ValueError(f"{key}: {idx} has index version {version}; megatron reads version 1")
+    try:
+        dtype = np.dtype(DType.dtype_from_code(code))
+    except ValueError:
+        raise ValueError(
+            f"{key}: {idx} has dtype code {code}, not one of megatron's ({[d.value for d in DType]})"
+        ) from None
+    if dtype.kind not in "iu":
+        raise ValueError(f"{key}: {idx} stores tokens as {dtype} (dtype code {code}); token ids must be integers")
+    want = _IDX_FIXED.size + 12 * n + 8 * bounds
+    have = idx.stat().st_size
+    if have != want:
+        raise ValueError(
+            f"{key}: {idx} is {have} bytes but its header ({n} sequences, {bounds} document boundaries) "
+            f"needs {want}: truncated or corrupt"
+        )
+    if n == 0:
+        raise ValueError(f"{key}: {prefix} is empty (0 sequences in {idx.name})")
+    mm = np.memmap(idx, dtype=np.uint8, mode="r")
+    lengths = np.frombuffer(mm, np.int32, n, _IDX_FIXED.size)
+    pointers = np.frombuffer(mm, np.int64, n, _IDX_FIXED.size + 4 * n)
+    docs = np.frombuffer(mm, np.int64, bounds, _IDX_FIXED.size + 12 * n)
+    if bounds < 2 or docs[0] != 0 or docs[-1] != n:
+        raise ValueError(f"{key}: {idx} has corrupt document boundaries (they must run from 0 to {n})")
+    if pointers[0] != 0:
+        raise ValueError(f"{key}: {idx} is corrupt (its first pointer is {pointers[0]}, not 0)")
+    for start in range(0, n, _CHUNK):
+        lens = lengths[start : start + _CHUNK + 1].astype(np.int64)
+        ptrs = pointers[start : start + _CHUNK + 1]
+        if (lens < 0).any() or not np.array_equal(ptrs[1:], ptrs[:-1] + lens[:-1] * dtype.itemsize):
+            raise ValueError(f"{key}: {idx} is corrupt (its pointers do not follow its sequence lengths)")
+    need = int(pointers[-1]) + int(lengths[-1]) * dtype.itemsize
+    size = bin_.stat().st_size
+    if size != need:
+        why = "truncated" if size < need else "longer than its index says: not this index's .bin"
+        if size in (2 * need, need // 2) and need:
+            why += f" (exactly {size / need:g}x: written with another dtype than the index's {dtype}?)"
+        raise ValueError(f"{key}: {bin_} is {size} bytes but {idx.name} says {need} ({dtype} tokens): {why}")
+    tokens = need // dtype.itemsize
+    if tokens == 0:
+        raise ValueError(f"{key}: {prefix} is empty (its sequences hold 0 tokens)")
+    ids = np.memmap(bin_, dtype=dtype, mode="r", shape=(tokens,))
+    windows = 16
+    width = max(1, VOCAB_SAMPLE_TOKENS // windows)
+    starts = np.unique(np.linspace(0, max(0, tokens - width), windows).astype(np.int64))
+    lo = min(int(ids[s : s + width].min()) for s in starts)
+    hi = max(int(ids[s : s + width].max()) for s in starts)
+    if lo < 0 or hi >= vocab_size:
+        bad = hi if hi >= vocab_size else lo
+        raise ValueError(
+            f"{key}: {bin_} holds token id {bad}, outside the vocabulary of the run's tokenizer "
+            f"({vocab_size} ids): made with another tokenizer?"
+        )
+    return lengths
+
+
+def dataset_config(
+    cfg: RunConfig, tokenizer: TokenizerInfo, cache_dir: Optional[str], check: bool = True
+) -> GPTDatasetConfig:
+    """megatron's dataset config of the run; ``check``: each prefix by :func:`check_indexed_dataset` first."""
     d = cfg.data
     common = dict(
         random_seed=d.seed,
@@ -127,11 +216,33 @@ def dataset_config(cfg: RunConfig, tokenizer: TokenizerInfo, cache_dir: Optional
             raise ValueError(f'data.manifest: {m.path} has no training data ("train": {{"prefixes": []}})')
         # A manifest without valid prefixes (data_prep split.valid_fraction=0): data.split of the train blend.
         train, valid, train_w, valid_w = m.train_prefixes, m.valid_prefixes, None, None
-    _check_prefixes(train, "data.train_prefixes")
-    _check_prefixes(valid, "data.valid_prefixes")
     if valid:
-        return GPTDatasetConfig(blend_per_split=[_blend(train, train_w), _blend(valid, valid_w), None], **common)
-    return GPTDatasetConfig(blend=_blend(train, train_w), split=d.split, **common)
+        config = GPTDatasetConfig(blend_per_split=[_blend(train, train_w), _blend(valid, valid_w), None], **common)
+    else:
+        config = GPTDatasetConfig(blend=_blend(train, train_w), split=d.split, **common)
+    if check:
+        by_split = None if valid else config.split_matrix  # megatron splits each train prefix by it
+        for prefixes, key in ((train, "data.train_prefixes"), (valid, "data.valid_prefixes")):
+            for prefix in prefixes:
+                lengths = check_indexed_dataset(prefix, "data.manifest" if d.manifest else key, tokenizer.vocab_size)
+                if by_split is not None:
+                    _check_split(prefix, lengths, by_split, d.split)
+    return config
+
+
+def _check_split(prefix: str, lengths: np.ndarray, split_matrix: list, split: str) -> None:
+    """Each part ``data.split`` gives a prefix must hold tokens: megatron loops forever on an
+    empty one (GPTDataset._get_num_epochs). Bounds as megatron computes them."""
+    n = len(lengths)
+    for name, bounds in zip(("training", "validation"), split_matrix[:2]):
+        if bounds is None:
+            continue
+        beg, end = int(round(bounds[0] * n)), int(round(bounds[1] * n))
+        if end <= beg or not lengths[beg:end].any():
+            raise ValueError(
+                f"data.split: {split!r} leaves the {name} split of {prefix} empty ({end - beg} of its {n} "
+                "documents); give data.valid_prefixes, more documents or another data.split"
+            )
 
 
 @dataclass
@@ -141,10 +252,21 @@ class Datasets:
     tokenizer: TokenizerInfo
 
 
-def build_datasets(cfg: RunConfig, cache_dir: Optional[str]) -> Datasets:
-    """Build train and valid datasets (rank 0 first, so the index cache is written once)."""
+def check_data(cfg: RunConfig) -> TokenizerInfo:
+    """Every check of the run's data that needs no process group or model: the manifest, the
+    tokenizer and each prefix (:func:`check_indexed_dataset`), so that broken data exits 2
+    before anything is built. Returns the tokenizer's description."""
     tokenizer = tokenizer_info(cfg)
-    config = dataset_config(cfg, tokenizer, cache_dir)
+    if not cfg.data.mock:
+        dataset_config(cfg, tokenizer, None)
+    return tokenizer
+
+
+def build_datasets(cfg: RunConfig, cache_dir: Optional[str], check: bool = True) -> Datasets:
+    """Build train and valid datasets (rank 0 first, so the index cache is written once);
+    ``check=False`` when :func:`check_data` already ran."""
+    tokenizer = tokenizer_info(cfg)
+    config = dataset_config(cfg, tokenizer, cache_dir, check)
     g = cfg.training.global_batch_size
     sizes = [cfg.training.steps * g, cfg.eval.batches * g, 0]
     cls = MockGPTDataset if cfg.data.mock else GPTDataset

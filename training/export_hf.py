@@ -1,6 +1,6 @@
 """Export a run's checkpoint to a Hugging Face folder and prove it computes the same function.
 
-    python -m training.export_hf RUN_DIR --out DIR [--step N] [--parity-sequences 8]
+    python -m training.export_hf RUN_DIR --out DIR [--step N] [--parity-sequences 8] [--weights-only]
 
 Writes ``DIR`` (``config.json``, ``model.safetensors``, tokenizer files, ``export.json``)
 that ``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
@@ -8,6 +8,11 @@ load with no custom code. The multipliers are folded into the weights (training/
 ``export.json`` records the folds and a parity check on the run's held-out tokens: the
 megatron model (patched, from the same checkpoint) and the exported model, float32, same
 tokens: the largest logit difference relative to the largest logit, and the loss difference.
+
+The run's tokenizer goes with the model (``model_max_length`` = the model's positions,
+``model.seq_length``); a run whose tokenizer cannot be exported to match the model (mock
+data, a missing or changed tokenizer file, another vocabulary size) is refused unless
+``--weights-only`` asks for the weights alone.
 
 The folder is built under ``DIR.partial`` and renamed when complete, so ``DIR`` is either
 absent, the previous export, or this one. Exit codes: 0 exported and parity met; 1 parity
@@ -29,6 +34,7 @@ import torch
 
 from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
+from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
@@ -50,16 +56,39 @@ def read_run_config(run_dir: Path) -> RunConfig:
     return load_config(RunConfig, path)
 
 
-def _run_data(cfg: RunConfig) -> tuple[Optional[str], list[str], int, int]:
-    """(tokenizer file or None for mock data, dataset prefixes (validation first), vocabulary
-    size, end-of-document id), from the manifest when the run used one."""
+def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], int, int]:
+    """(tokenizer file or None for mock data, the sha256 the data was made with (manifests
+    record it) or None, dataset prefixes (validation first), vocabulary size, end-of-document
+    id), from the manifest when the run used one."""
     from training.data import read_manifest, tokenizer_info
 
     info = tokenizer_info(cfg)
     if cfg.data.manifest:
         m = read_manifest(cfg.data.manifest)
-        return m.tokenizer_path, m.valid_prefixes + m.train_prefixes, info.vocab_size, info.eod
-    return cfg.data.tokenizer, cfg.data.valid_prefixes + cfg.data.train_prefixes, info.vocab_size, info.eod
+        prefixes = m.valid_prefixes + m.train_prefixes
+        return m.tokenizer_path, m.tokenizer_sha256, prefixes, info.vocab_size, info.eod
+    prefixes = cfg.data.valid_prefixes + cfg.data.train_prefixes
+    return cfg.data.tokenizer, None, prefixes, info.vocab_size, info.eod
+
+
+def matching_tokenizer(run_dir: Path, path: Optional[str], sha256: Optional[str], vocab: int):
+    """The run's tokenizer, refused (:class:`ExportError`, naming the cause) when it cannot be
+    the model's: no tokenizer (mock data), a missing file, a file changed since the data was
+    made (sha256), or another vocabulary size."""
+    hint = "; --weights-only exports the weights without a tokenizer"
+    if path is None:
+        raise ExportError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export{hint}")
+    if not Path(path).exists():
+        raise ExportError(f"{path}: the run's tokenizer file does not exist{hint}")
+    tok = load_tokenizer(path)
+    if sha256 and tok.sha256 != sha256:
+        raise ExportError(
+            f"{path}: sha256 {tok.sha256[:12]}... is not the manifest's {sha256[:12]}...: the tokenizer changed "
+            f"after the data was made{hint}"
+        )
+    if tok.vocab_size != vocab:
+        raise ExportError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}{hint}")
+    return tok
 
 
 def _heldout_batch(cfg: RunConfig, sequences: int) -> dict[str, torch.Tensor]:
@@ -131,8 +160,15 @@ def _prepare_out(out: Path) -> Path:
     return partial
 
 
-def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, parity_sequences: int = 8) -> dict:
-    """Export ``run_dir``'s checkpoint to ``out``; returns the export.json record."""
+def export(
+    run_dir: str | Path,
+    out: str | Path,
+    step: Optional[int] = None,
+    parity_sequences: int = 8,
+    weights_only: bool = False,
+) -> dict:
+    """Export ``run_dir``'s checkpoint to ``out`` with its tokenizer (``weights_only``: without);
+    returns the export.json record."""
     from transformers import AutoModelForCausalLM
 
     from training.distributed import single_process
@@ -143,8 +179,8 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
     resolved = resolve(cfg)
     layout = choose_layout(cfg, resolved)
     ckpt = find_checkpoint(run_dir, step)
-    tokenizer_path, prefixes, vocab, eod = _run_data(cfg)
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
+    tokenizer_path, sha256, prefixes, vocab, eod = _run_data(cfg)
+    tok = None if weights_only else matching_tokenizer(run_dir, tokenizer_path, sha256, vocab)
     f = folds(cfg, resolved)
     partial = _prepare_out(out)
     torch.manual_seed(0)
@@ -175,9 +211,10 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
         "vocab": {"tokenizer": vocab, "rows": vocab_rows, "eod_id": eod},
         "parity": parity,
         "tokenizer": None,
+        "weights_only": weights_only,
     }
     if tok is not None:
-        record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial)
+        record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial, cfg.model.seq_length)
         texts = _heldout_texts(prefixes, tok, eod)
         record["tokenizer"]["parity"] = encoding_parity(tok, partial, texts)
     record["passed"] = parity["passed"] and (
@@ -191,14 +228,23 @@ def export(run_dir: str | Path, out: str | Path, step: Optional[int] = None, par
 
 
 def main(argv: Optional[list[str]] = None) -> ExitCode:
+    quiet_libraries()
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # a bar per shard written and loaded: noise around a one-line result
     parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     parser.add_argument("--parity-sequences", type=int, default=8, help="held-out sequences for the parity check")
+    parser.add_argument(
+        "--weights-only",
+        action="store_true",
+        help="export the model without a tokenizer (a run on mock data, or one whose tokenizer is gone)",
+    )
     args = parser.parse_args(argv)
     try:
-        record = export(args.run_dir, args.out, args.step, args.parity_sequences)
+        record = export(args.run_dir, args.out, args.step, args.parity_sequences, args.weights_only)
     except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -211,6 +257,8 @@ def main(argv: Optional[list[str]] = None) -> ExitCode:
     if record["tokenizer"]:
         tp = record["tokenizer"]["parity"]
         print(f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents encode identically")
+    else:
+        print("tokenizer: none (--weights-only)")
     if not record["passed"]:
         print(f"error: parity not met; see {Path(args.out) / EXPORT_FILE}", file=sys.stderr)
         return ExitCode.FAILED

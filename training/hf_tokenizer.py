@@ -63,8 +63,10 @@ def _from_sentencepiece(path: Path) -> Any:
     return tok
 
 
-def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path) -> dict[str, Any]:
-    """Write the HF tokenizer files into ``out_dir``; returns what export.json records."""
+def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path, model_max_length: int) -> dict[str, Any]:
+    """Write the HF tokenizer files into ``out_dir``; returns what export.json records.
+    ``model_max_length``: the model's positions (``model.seq_length``), so that truncation
+    and lm-eval's context window follow the model, not transformers' "unlimited" 1e30."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -82,9 +84,17 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path) -> dict[str, 
         found = [c for c in candidates if tok.token_to_id(c) is not None]
         if found:
             specials[key] = found[0]
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False, **specials)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok, clean_up_tokenization_spaces=False, model_max_length=model_max_length, **specials
+    )
     wrapped.save_pretrained(str(out_dir))
-    return {"source": str(path), "type": kind, "eos_token": eos, "eod_id": eod_id}
+    return {
+        "source": str(path),
+        "type": kind,
+        "eos_token": eos,
+        "eod_id": eod_id,
+        "model_max_length": model_max_length,
+    }
 
 
 def encoding_parity(ours: RunTokenizer, exported_dir: Path, texts: Sequence[str]) -> dict[str, Any]:

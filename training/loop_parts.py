@@ -3,7 +3,8 @@
 * :class:`EvalSchedule`: which steps evaluate, and the fraction of training each stands for;
 * :class:`DivergenceGuard`: when a run has diverged (non-finite loss or grad norm, or the loss
   above a bound for ``patience`` steps in a row);
-* :class:`ThroughputMeter`: step time, tokens/s, TFLOP/s per GPU and MFU over a logging window;
+* :class:`ThroughputMeter`: step time, tokens/s, TFLOP/s per GPU and MFU over a logging interval;
+* :func:`train_line`: the Megatron-style line each logged step prints;
 * :class:`Checkpointer`: when to write a periodic checkpoint (``maybe_save``).
 
 None of them touches torch or the file system, so each is tested on its own
@@ -13,8 +14,9 @@ None of them touches torch or the file system, so each is tested on its own
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 
@@ -69,25 +71,38 @@ class DivergenceGuard:
 
 @dataclass
 class ThroughputMeter:
-    """Mean step time over the steps since the last logged row, and what follows from it.
+    """Step time, tokens/s, TFLOP/s per GPU and MFU over a logging interval.
 
-    ``flops_per_step`` (whole model, all ranks) and ``peak_flops`` (one GPU) are None on CPU,
-    where TFLOP/s and MFU are not reported.
+    The interval is the wall time between two logged steps (building the micro-batches
+    included, as in Megatron-LM's ``interval-time``), less what the loop excludes
+    (evaluation, checkpoints): one step's time swings with the machine, an interval's does
+    not. ``flops_per_step`` (whole model, all ranks) and ``peak_flops`` (one GPU) are None on
+    CPU, where TFLOP/s and MFU are not reported. ``clock`` is injectable for tests.
     """
 
     tokens_per_step: int
     world_size: int = 1
     flops_per_step: Optional[float] = None
     peak_flops: Optional[float] = None
-    _window: list[float] = field(default_factory=list)
+    clock: Callable[[], float] = time.perf_counter
+    _started: float = 0.0
+    _step: int = 0
+    _excluded: float = 0.0
 
-    def add(self, seconds: float) -> None:
-        self._window.append(seconds)
+    def start(self, step: int) -> None:
+        """Open a window after ``step`` (the step the session resumes from, or the last logged one)."""
+        self._started, self._step, self._excluded = self.clock(), step, 0.0
 
-    def row(self) -> dict[str, Optional[float]]:
-        """``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu`` of the window; then a new window."""
-        mean = sum(self._window) / len(self._window)
-        self._window = []
+    def exclude(self, seconds: float) -> None:
+        """Time inside the window that is not training (an evaluation, a checkpoint)."""
+        self._excluded += seconds
+
+    def row(self, step: int) -> dict[str, Optional[float]]:
+        """``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu`` of the window that ends
+        after ``step``; then a new window."""
+        steps = max(step - self._step, 1)
+        mean = max(self.clock() - self._started - self._excluded, 1e-9) / steps
+        self.start(step)
         tflops = self.flops_per_step / mean / self.world_size / 1e12 if self.flops_per_step else None
         return {
             "step_time_s": mean,
@@ -95,6 +110,52 @@ class ThroughputMeter:
             "tflops_per_gpu": tflops,
             "mfu": tflops * 1e12 / self.peak_flops if tflops and self.peak_flops else None,
         }
+
+
+def _clock_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def train_line(
+    step: int,
+    steps: int,
+    *,
+    global_batch_size: int,
+    loss: float,
+    lr: float,
+    grad_norm: float,
+    rates: dict[str, Optional[float]],
+    elapsed_s: float,
+    eta_s: Optional[float],
+    skipped: int = 0,
+) -> str:
+    """The console and train.log line of a logged step, with Megatron-LM's ``training_log``
+    field names where they exist (``iteration``, ``consumed samples``, ``elapsed time per
+    iteration (ms)``, ``throughput per GPU (TFLOP/s/GPU)``, ``learning rate``, ``lm loss``,
+    ``grad norm``). ``lr`` is the base LR eta of the schedule (each group's is a fixed multiple
+    of it: metrics.jsonl has them all); TFLOP/s and MFU only where ``rates`` has them."""
+    parts = [
+        f"iteration {step:>{len(str(steps))}d}/{steps}",
+        f"consumed samples: {step * global_batch_size}",
+        f"elapsed time per iteration (ms): {rates['step_time_s'] * 1000:.1f}",
+        f"tokens/s: {rates['tokens_per_s']:,.0f}",
+    ]
+    if rates.get("tflops_per_gpu") is not None:
+        parts.append(f"throughput per GPU (TFLOP/s/GPU): {rates['tflops_per_gpu']:.1f}")
+    if rates.get("mfu") is not None:
+        parts.append(f"MFU: {100 * rates['mfu']:.1f}%")
+    parts += [
+        f"learning rate: {lr:.6E}",
+        f"global batch size: {global_batch_size}",
+        f"lm loss: {loss:.6E}",
+        f"grad norm: {grad_norm:.3f}",
+    ]
+    if skipped:
+        parts.append(f"number of skipped iterations: {skipped}")
+    parts.append(f"elapsed: {_clock_text(elapsed_s)}")
+    parts.append(f"ETA: {_clock_text(eta_s) if eta_s is not None else '?'}")
+    return " | ".join(parts)
 
 
 @dataclass

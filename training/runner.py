@@ -9,6 +9,7 @@ exit code follows from the contract's table (``rundir.contract.EXIT_OF_STATUS``)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -17,6 +18,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -36,7 +38,7 @@ from rundir.files import (
 )
 from rundir.lock import RunLock
 from training.backends import StepResult
-from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter
+from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter, train_line
 from training.session import Session, SetupError, build_session
 
 log = logging.getLogger("train_gpt")
@@ -87,6 +89,7 @@ class Trainer:
         self.session: Optional[Session] = None
         self.started = time.time()
         self.session_start: Optional[float] = None  # when this process's first step began
+        self._skipped = 0  # steps of the current logging interval whose update was skipped
 
     # ------------------------------------------------------------------ entry
     def run(self) -> ExitCode:
@@ -127,6 +130,7 @@ class Trainer:
     def _loop(self, s: Session, flag: PreemptionFlag) -> Ending:
         """Step until the run ends; each check that can end it returns its :class:`Ending`."""
         from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
 
         from training.flops import peak_flops, train_flops_per_step
         from training.optim import group_lrs
@@ -143,68 +147,83 @@ class Trainer:
             peak_flops(torch.cuda.get_device_name()) if on_gpu else None,
         )
         checkpointer = Checkpointer(self._save, cfg.checkpoint.interval, steps)
+        # The bar only on a terminal (disable=None: off when stderr is not a TTY, e.g. a sweep's
+        # log file); log lines go through tqdm.write while it is shown, never into it.
         bar = tqdm(
             total=steps,
             initial=s.resume.step,
-            disable=not (self.is_main and cfg.logging.progress_bar),
+            disable=None if (self.is_main and cfg.logging.progress_bar) else True,
             desc=s.run_dir.name,
             unit="step",
             dynamic_ncols=True,
         )
         self.session_start = time.time()
+        meter.start(s.resume.step)
         try:
-            for step in range(s.resume.step, steps):
-                done = step + 1
-                lrs = group_lrs(s.backend.param_groups, s.resolved)  # the LRs this step uses
-                result, seconds = self._train_step(s, step)
-                meter.add(seconds)
-                reason = guard.check(result.loss, result.grad_norm, done)
-                self._log_train(s, done, result, lrs, meter, force=bool(reason))
-                if reason:
-                    log.warning("diverged: %s", reason)
-                    return Ending(Status.DIVERGED, reason, done)
-                ending = self._maybe_evaluate(s, evals, done)
-                if ending is not None:
-                    return ending
-                bar.update(1)
-                bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{meter.tokens_per_step / seconds:,.0f}")
-                checkpointer.maybe_save(done)
-                if flag.raised_anywhere():
-                    self._save(done)
-                    why = f"preempted ({flag.signal or 'signal on another rank'}) at step {done}"
-                    log.warning("%s: checkpoint saved, exiting %d", why, ExitCode.RESUMABLE)
-                    return Ending(Status.PREEMPTED, why, done)
+            with logging_redirect_tqdm(loggers=[log]):
+                for step in range(s.resume.step, steps):
+                    done = step + 1
+                    lrs = group_lrs(s.backend.param_groups, s.resolved)  # the LRs this step uses
+                    base_lr = s.scheduler.get_lr({})  # eta x schedule: each group's LR is a multiple
+                    result = self._train_step(s, step)
+                    self._skipped += not result.applied
+                    reason = guard.check(result.loss, result.grad_norm, done)
+                    rates = self._log_train(s, done, result, lrs, base_lr, meter, force=bool(reason))
+                    if reason:
+                        log.warning("diverged: %s", reason)
+                        return Ending(Status.DIVERGED, reason, done)
+                    with _excluded(meter):
+                        ending = self._maybe_evaluate(s, evals, done)
+                    if ending is not None:
+                        return ending
+                    bar.update(1)
+                    if rates is not None:
+                        bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{rates['tokens_per_s']:,.0f}")
+                    with _excluded(meter):
+                        checkpointer.maybe_save(done)
+                    if flag.raised_anywhere():
+                        self._save(done)
+                        why = f"preempted ({flag.signal or 'signal on another rank'}) at step {done}"
+                        log.warning("%s: checkpoint saved, exiting %d", why, ExitCode.RESUMABLE)
+                        return Ending(Status.PREEMPTED, why, done)
         finally:
             bar.close()
         if cfg.checkpoint.final:
             self._save(steps)
         return Ending(Status.COMPLETED, None, steps)
 
-    def _train_step(self, s: Session, step: int) -> tuple[StepResult, float]:
-        """One optimizer step (0-based ``step``) and its wall seconds; diagnostics around it."""
+    def _train_step(self, s: Session, step: int) -> StepResult:
+        """One optimizer step (0-based ``step``): its micro-batches, the step, diagnostics around it."""
         from training.data import micro_batches
 
         batches = micro_batches(s.data.datasets.train, s.data.plan, step)
         if s.diagnostics is not None:
             s.diagnostics.before_step(step + 1)
-        t0 = time.perf_counter()
         result = s.backend.train_step(batches)
         s.scheduler.step(1)
-        seconds = time.perf_counter() - t0
         if s.diagnostics is not None:
             rows = s.diagnostics.after_step(step + 1)
             if rows and s.runlog is not None:
                 s.runlog.write_diagnostics(rows)
-        return result, seconds
+        return result
 
     def _log_train(
-        self, s: Session, done: int, result: StepResult, lrs: dict, meter: ThroughputMeter, force: bool
-    ) -> None:
-        """A ``train`` row of metrics.jsonl every ``logging.interval`` steps, at the last step and
-        when the run is about to end (``force``)."""
+        self,
+        s: Session,
+        done: int,
+        result: StepResult,
+        lrs: dict,
+        base_lr: float,
+        meter: ThroughputMeter,
+        force: bool,
+    ) -> Optional[dict]:
+        """Every ``logging.interval`` steps, at the last step and when the run is about to end
+        (``force``): a ``train`` row of metrics.jsonl and the training line (console and
+        train.log). Returns the interval's rates (None when nothing was logged)."""
         cfg = s.cfg
         if s.runlog is None or not (done % cfg.logging.interval == 0 or done == cfg.training.steps or force):
-            return
+            return None
+        rates = meter.row(done)
         s.runlog.write(
             {
                 "kind": "train",
@@ -213,10 +232,27 @@ class Trainer:
                 "loss": result.loss,
                 "grad_norm": result.grad_norm,
                 "lr": lrs,
-                **meter.row(),
+                **rates,
                 "skipped": not result.applied,
             }
         )
+        session_s = time.time() - (self.session_start or self.started)
+        steps_done = done - s.resume.step
+        line = train_line(
+            done,
+            cfg.training.steps,
+            global_batch_size=cfg.training.global_batch_size,
+            loss=result.loss,
+            lr=base_lr,
+            grad_norm=result.grad_norm,
+            rates=rates,
+            elapsed_s=self._wall_time(),
+            eta_s=session_s / steps_done * (cfg.training.steps - done) if steps_done else None,
+            skipped=self._skipped,
+        )
+        log.info("%s", line)
+        self._skipped = 0
+        return rates
 
     def _maybe_evaluate(self, s: Session, evals: EvalSchedule, done: int) -> Optional[Ending]:
         """The held-out loss where the schedule asks for one; a non-finite one ends the run."""
@@ -296,6 +332,16 @@ class Trainer:
                 **run_identity(cfg),
             ),
         )
+
+
+@contextlib.contextmanager
+def _excluded(meter: ThroughputMeter) -> Iterator[None]:
+    """Time spent inside does not count toward the logged throughput (evaluation, checkpoints)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        meter.exclude(time.perf_counter() - t0)
 
 
 def replace_run_dir(cfg: RunConfig, run_dir: str) -> RunConfig:

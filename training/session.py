@@ -159,7 +159,7 @@ def select_device(cfg: RunConfig) -> tuple[str, bool]:
 def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
     from training import checkpoint
-    from training.data import build_datasets, data_parallel_plan, eval_micro_batches
+    from training.data import build_datasets, check_data, data_parallel_plan, eval_micro_batches
     from training.distributed import init_distributed, seed_everything
     from training.metrics import RunLog
     from training.model import Placement, build_model, padded_vocab_size, resolve
@@ -167,8 +167,14 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
 
     try:
         cfg.check_data_source()
-    except ValueError as exc:
+        vocab_size = check_data(cfg).vocab_size  # broken data exits 2 here, before a process group or model exists
+    except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
+    if cfg.model.vocab_size is not None and cfg.model.vocab_size != vocab_size and not cfg.data.mock:
+        raise SetupError(
+            f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({vocab_size}); "
+            "set model.vocab_size=null to take the tokenizer's"
+        )
     device, bf16 = select_device(cfg)
     run_dir = Path(cfg.run.dir)
     par = cfg.parallel
@@ -181,14 +187,11 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     seed_everything(cfg.run.seed, device, cudagraphable_rng=cfg.model.cuda_graphs)
 
     try:
-        data = build_datasets(cfg, cfg.index_cache_dir())
+        data = build_datasets(cfg, cfg.index_cache_dir(), check=False)
         plan = data_parallel_plan(cfg)
     except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
     eval_batches = eval_micro_batches(data.valid, plan, cfg.eval.batches)
-    vocab_size = data.tokenizer.vocab_size
-    if cfg.model.vocab_size is not None and cfg.model.vocab_size != vocab_size and not cfg.data.mock:
-        raise SetupError(f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({vocab_size})")
     padded_vocab = padded_vocab_size(vocab_size, par.tensor_model_parallel_size)
 
     resolved = resolve(cfg)

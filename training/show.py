@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from jobscripts.quiet import quiet_libraries
 from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
@@ -59,6 +60,7 @@ def _single_stage(cfg: RunConfig) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
+    quiet_libraries()
     parser = argparse.ArgumentParser(prog="python -m training.show", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="run config YAML")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
