@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from study.corpus import corpus_jsonl
+from jobscripts.atomic import atomic_write_text
+from study.corpus import CORPORA, DEFAULT_CORPUS, CorpusError, corpus_jsonl
 from study.log import log as _log
 from study.spec import Study
 
@@ -39,16 +40,33 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
     }
 
 
-def prepare_data(out: Path, s: Study, workers: int) -> Path:
-    """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done."""
+def prepare_data(out: Path, s: Study, workers: int, corpus_name: str = DEFAULT_CORPUS) -> Path:
+    """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done.
+
+    ``out/corpus.name`` records which corpus ``out/data`` was built from: a rerun into the
+    same directory with another ``--corpus`` is refused (CorpusError) instead of mixing them.
+    """
     from data_prep.api import build_from_texts
 
+    if corpus_name not in CORPORA:
+        raise CorpusError(f"--corpus {corpus_name}: unknown corpus; the corpora are {sorted(CORPORA)}")
+    marker = out / "corpus.name"
+    if marker.is_file() and marker.read_text().strip() != corpus_name:
+        raise CorpusError(
+            f"{out} holds a study on corpus {marker.read_text().strip()!r} ({marker}); "
+            f"--corpus {corpus_name} needs another --out"
+        )
+    if not marker.is_file() and (out / "data").exists() and corpus_name != DEFAULT_CORPUS:
+        raise CorpusError(f"{out / 'data'} was built before corpora were recorded (from {DEFAULT_CORPUS!r}); "
+                          f"--corpus {corpus_name} needs another --out")  # fmt: skip
+    atomic_write_text(marker, corpus_name + "\n")
     cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
-    corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus")
+    corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", corpus_name)
     data_dir = out / "data"
     manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
     _log(
         f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
-        f"({manifest['train']['documents']} / {manifest['valid']['documents']} chapters), vocab {s.vocab_size}"
+        f"({manifest['train']['documents']} / {manifest['valid']['documents']} documents of {corpus_name}), "
+        f"vocab {s.vocab_size}"
     )
     return data_dir

@@ -21,11 +21,11 @@ from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from rundir.contract import ExitCode
 from study.analysis import analyse
-from study.corpus import CorpusError
+from study.corpus import DEFAULT_CORPUS, CorpusError
 from study.data import base_config, prepare_data
 from study.log import log as _log
 from study.spec import Study
-from study.summary import headline, render_markdown
+from study.summary import headline, render_markdown, study_status
 from study.sweep import AdaptiveSweep
 
 
@@ -53,13 +53,14 @@ def run_demo(
     slurm: Optional[dict] = None,
     wait: bool = False,
     poll_s: float = 60.0,
+    corpus: str = DEFAULT_CORPUS,
 ) -> ExitCode:
     from launch.status import collect_states, print_report, write_results
 
     t0 = time.time()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        data_dir = prepare_data(out, s, workers)
+        data_dir = prepare_data(out, s, workers, corpus)
     except CorpusError as exc:
         _log(f"error: {exc}")
         return ExitCode.USAGE
@@ -76,13 +77,14 @@ def run_demo(
     print_report(sweep_dir, sweep.plan, states, sys.stderr)
     write_results(sweep_dir, sweep.plan, states)
     report_dir = out / "report"
+    status = study_status(sweep, s)
     try:
-        transfer = analyse(sweep_dir, report_dir, s)
+        transfer = analyse(sweep_dir, report_dir, s, goal_context=status[3])
     except LaunchError as exc:
         _log(str(exc))
         return ExitCode.USAGE
     minutes = (time.time() - t0) / 60
-    h = headline(transfer, sweep, s)
+    h = headline(transfer, sweep, s, corpus, status)
     h["wall_minutes"] = minutes
     atomic_write_text(out / "demo_summary.json", json.dumps(h, indent=1, default=str) + "\n")
     md = render_markdown(h, s, minutes)

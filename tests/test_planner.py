@@ -15,7 +15,7 @@ import pytest
 
 from eval.results import read_results
 from eval.transfer import analyze
-from study.planner import PENDING, Planner, Point
+from study.planner import DIVERGED, PENDING, Planner, Point
 from study.spec import load_study
 from tests.test_eval_transfer import write_sweep
 
@@ -41,14 +41,24 @@ def study(**changes):
     )
 
 
-def simulate(s, rng: np.random.Generator, seed_offset: float = 0.0) -> dict[Point, float]:
+def simulate(
+    s,
+    rng: np.random.Generator,
+    seed_offset: float = 0.0,
+    noise=None,
+    diverge=None,
+    rounds: int = 400,
+    planner: Planner | None = None,
+) -> dict[Point, float]:
     """Run the planner to the end, answering each point from the planted curve plus noise:
     ``seed_offset`` is the std of an offset each seed adds at every LR of one (preset, depth)
-    curve (a worse initialization is worse at all LRs), NOISE the std of the rest."""
-    planner = Planner(s)
+    curve (a worse initialization is worse at all LRs), ``noise(depth)`` the std of the rest
+    (default NOISE everywhere); ``diverge(preset, depth, log2_lr)`` is the probability that a
+    run diverges (answered DIVERGED)."""
+    planner = planner or Planner(s)
     results: dict[Point, float] = {}
     offsets: dict[tuple, float] = {}
-    for _ in range(100):
+    for _ in range(rounds):
         points = planner.next_points(results)
         if not points:
             return results
@@ -57,15 +67,19 @@ def simulate(s, rng: np.random.Generator, seed_offset: float = 0.0) -> dict[Poin
             if seed_offset and (p.preset, p.depth, p.seed) not in offsets:  # no draw when 0: the old noise stream
                 offsets[(p.preset, p.depth, p.seed)] = seed_offset * rng.standard_normal()
             offset = offsets.get((p.preset, p.depth, p.seed), 0.0)
+            sigma = NOISE if noise is None else noise(p.depth)
             results[p] = (
-                c + offset + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2 + NOISE * rng.standard_normal()
+                c + offset + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2 + sigma * rng.standard_normal()
             )
-    raise AssertionError("planner did not finish in 100 rounds")
+            if diverge is not None and rng.random() < diverge(p.preset, p.depth, p.log2_lr):
+                results[p] = DIVERGED
+    raise AssertionError(f"planner did not finish in {rounds} rounds")
 
 
 def rows_of(results: dict[Point, float], presets) -> list[dict]:
     rows = []
     for p, loss in results.items():
+        diverged = loss == DIVERGED
         for preset in presets if p.depth == DEPTHS[0] else [p.preset]:  # the shared base stands for both
             rows.append(
                 {
@@ -77,10 +91,10 @@ def rows_of(results: dict[Point, float], presets) -> list[dict]:
                     "parametrization.block_multiplier": 1.0,
                     "parametrization.base_num_layers": DEPTHS[0],
                     "model.hidden_size": 128,
-                    "status": "completed",
-                    "step": 200,
+                    "status": "diverged" if diverged else "completed",
+                    "step": "" if diverged else 200,
                     "fraction": 1.0,
-                    "val_loss": loss,
+                    "val_loss": "" if diverged else loss,
                 }
             )
     return rows
