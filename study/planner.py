@@ -26,6 +26,8 @@ finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py
    shrink that interval most per unit of run cost. This repeats until
    every goal is met, no unmet goal can be narrowed by seeds, or the study's ``budget_runs``
    (every run of the study, the shared base once) is spent; the last batch is cut to fit.
+   While goals are unmet, a depth whose best LR moved since its last batch first gets its
+   added seeds at the new best's fit window.
 
 Phases 1-3 see only each depth's first ``seeds`` (``base_seeds``) seeds, so the seeds that
 phase 4 adds never move a window or re-plan a scan; phase 4 only adds seeds at LRs already
@@ -122,23 +124,16 @@ class Planner:
         out, complete = self._chains(results)
         if out or not complete:
             return out
-        out = self._fill_in_budget(results)
-        if out or not self.s.goals:
-            return out
-        if any(o == PENDING for o in results.values()):
+        if not self.s.goals or any(o == PENDING for o in results.values()):
             return []
         return self._sequential(results)[0]
-
-    def _fill_in_budget(self, results: Mapping[Point, Outcome]) -> list[Point]:
-        out = self._fill(results)
-        return out[: max(0, self.s.budget_runs - len(results))] if self.s.goals else out
 
     def stop(self, results: Mapping[Point, Outcome]) -> Stop:
         """Why the study stops (or ``running``), with the goal checks; for the summary."""
         if not self.s.goals:
             return Stop("no_goals", len(results), self.s.budget_runs)
         out, complete = self._chains(results)
-        if out or not complete or self._fill_in_budget(results) or any(o == PENDING for o in results.values()):
+        if out or not complete or any(o == PENDING for o in results.values()):
             return Stop("running", len(results), self.s.budget_runs)
         return self._sequential(results)[1]
 
@@ -352,6 +347,9 @@ class Planner:
             return [], Stop("goals_met", spent, s.budget_runs, as_dicts)
         if spent >= s.budget_runs:
             return [], Stop("budget_spent", spent, s.budget_runs, as_dicts)
+        fill = self._fill(results)  # the best moved since the last batch: seed its fit window first
+        if fill:
+            return fill[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
         for check in sorted(unmet, key=lambda c: -c.ratio):  # the widest interval over its goal first
             target = self._where(analysis, check)
             if target is None:

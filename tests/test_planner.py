@@ -30,6 +30,9 @@ def planted_opt(preset: str, depth: int) -> float:
 
 
 def study(**changes):
+    """The default study's planner on the planted grid; the fixed design (no goals) unless
+    ``goals`` (and ``budget_runs``) are given."""
+    settings = {"goals": {}, "budget_runs": 0, **changes}
     return replace(
         load_study("default"),
         depths=DEPTHS,
@@ -37,7 +40,7 @@ def study(**changes):
         window=3,
         seeds=3,
         refine_log2=0.5,
-        **changes,
+        **settings,
     )
 
 
@@ -214,3 +217,81 @@ def test_variants_walk_their_own_chains_with_their_own_shared_base():
             for depth in DEPTHS:
                 best = planner.best(preset, depth, results, variant)
                 assert abs(best - (planted_opt(preset, depth) + shift[variant])) <= 0.5 + 1e-9, (variant, preset, depth)
+
+
+# ----------------------------------------------------------------- the sequential phase
+
+GOALS = {"slope_ci_halfwidth": 0.15, "deepest_opt_ci_width": 1.0}
+
+
+def noisy_base(depth: int) -> float:
+    """Seed noise as on the real curves: the base depth several times noisier than the deep end."""
+    return 0.15 if depth == DEPTHS[0] else 0.03
+
+
+def _rounds(s, rng, noise) -> list[tuple[dict[Point, float], list[Point]]]:
+    """(results before the round, points the planner added) for every round to the end."""
+    planner = Planner(s)
+    results: dict[Point, float] = {}
+    rounds = []
+    for _ in range(400):
+        points = planner.next_points(results)
+        rounds.append((dict(results), points))
+        if not points:
+            return rounds
+        for p in points:
+            loss = 3.0 + 1.0 / math.sqrt(p.depth) + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2
+            results[p] = loss + noise(p.depth) * rng.standard_normal()
+    raise AssertionError("planner did not finish")
+
+
+def test_sequential_phase_stops_when_the_goals_are_met_and_not_before():
+    """The fixed phases leave the slope interval over its goal (noisy base depth); the
+    sequential phase adds seeds while a goal is unmet, and stops as soon as all are met."""
+    from eval.goals import check_goals
+
+    s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
+    planner = Planner(s)
+    rounds = _rounds(s, np.random.default_rng(0), noisy_base)
+    sequential = [
+        (before, pts) for before, pts in rounds if pts and all(p.seed >= planner.default_seeds(p.depth) for p in pts)
+    ]
+    assert sequential, "the planted noise should need the sequential phase"
+    for before, _points in sequential:  # every batch was added while some goal was unmet
+        checks = check_goals(planner.analysis(before), GOALS)
+        assert not all(c.met for c in checks)
+    final = rounds[-1][0]
+    stop = planner.stop(final)
+    assert stop.reason == "goals_met" and all(c["met"] for c in stop.checks), stop
+    assert planner.next_points(final) == [] and Planner(s).next_points(final) == []  # a rerun adds nothing
+    assert len(final) < s.budget_runs
+    # the seeds went where the slope is widest: the noisy, cheap base depth
+    added = [p for _, pts in sequential for p in pts]
+    assert sum(p.depth == DEPTHS[0] for p in added) > len(added) / 2, [p.depth for p in added]
+
+
+def test_sequential_phase_stops_at_the_budget():
+    """Goals out of reach: the study spends exactly its run budget (the last batch cut to
+    fit), says so, and a rerun adds nothing."""
+    s = study(base_seeds=10, goals={"slope_ci_halfwidth": 0.01, "deepest_opt_ci_width": 0.05}, bootstrap=200)
+    fixed = len(_rounds(replace(s, goals={}, budget_runs=0), np.random.default_rng(1), noisy_base)[-1][0])
+    s = replace(s, budget_runs=fixed + 23)  # not a multiple of a batch
+    final = _rounds(s, np.random.default_rng(1), noisy_base)[-1][0]
+    planner = Planner(s)
+    assert len(final) == s.budget_runs
+    assert planner.stop(final).reason == "budget_spent"
+    assert planner.next_points(final) == []
+
+
+def test_sequential_seeds_never_move_a_window():
+    """Phase 4 adds seeds only at LRs already tried, past each depth's first seeds: the scan,
+    refine and seed phases see exactly what they saw before it started."""
+    s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
+    planner = Planner(s)
+    rounds = _rounds(s, np.random.default_rng(0), noisy_base)
+    final = rounds[-1][0]
+    first = next(before for before, pts in rounds if pts and all(p.seed >= planner.default_seeds(p.depth) for p in pts))
+    tried = {(p.preset, p.depth, p.log2_lr) for p in first}
+    extra = [p for p in final if p not in first]
+    assert extra and all((p.preset, p.depth, p.log2_lr) in tried for p in extra)
+    assert all(p.seed >= planner.default_seeds(p.depth) for p in extra)
