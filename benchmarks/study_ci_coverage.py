@@ -5,6 +5,7 @@ under the sequential design's stopping rule.
         [--seed-offsets 0 0.05]
     python benchmarks/study_ci_coverage.py --design sequential [--reps 100] [--noise flat noisy-base noisy-deep]
         [--diverge none near far] [--bootstrap 300]
+    python benchmarks/study_ci_coverage.py --design target [--reps 100] [--bootstrap 300]
 
 The planner of the default study (seeds 3, 10 at the base depth, half-octave refinement,
 depths 2..32) is run against planted quadratic loss curves with seed noise
@@ -15,6 +16,10 @@ curve), then ``eval transfer`` fits the optima with each seed model.
 ``--design fixed`` (the default) prints, per seed offset, fit window and seed model, the
 coverage of the per-depth optima over all (repetition, preset, depth) cells, the optimum's
 error and CI width (noise 0.02 nats everywhere).
+
+``--design target`` plants sweeps of depths 2-16 (tests/test_eval_transfer.py's grid, 3 seeds,
+noise 0.03 nats) and prints how often the 95% interval of ``eval transfer --target-depth``
+covers the planted optimum at L = 16 (swept), 32 and 64 (one and two doublings past the sweep).
 
 ``--design sequential`` runs the default study's goals (slope CI half-width <= 0.15,
 deepest-depth optimum CI <= 1 octave) with its stopping rule and prints, per noise profile,
@@ -139,9 +144,37 @@ def sequential(args: argparse.Namespace) -> None:
             )
 
 
+def target(args: argparse.Namespace) -> None:
+    """Coverage of the optimum predicted at an unseen depth (eval transfer --target-depth)."""
+    from eval.transfer import predict_at_depths
+    from tests.test_eval_transfer import make_rows, planted_log2_opt
+
+    grid = tuple(float(x) for x in np.arange(-11.0, -7.5 + 1e-9, 0.5))
+    covered: Counter = Counter()
+    total: Counter = Counter()
+    widths: dict[int, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            rows = make_rows(depths=(2, 4, 8, 16), fractions=(1.0,), noise=0.03, grid=grid, diverge_gap=None,
+                             rng_seed=rep)  # fmt: skip
+            sweep = read_results(write_sweep(Path(tmp) / f"r{rep}", rows))
+            analysis = analyze(sweep, n_boot=args.bootstrap, boot_seed=rep, window=2)
+            for p in predict_at_depths(analysis, [16, 32, 64]):
+                truth = planted_log2_opt(p.depth, 0.5 if p.family.preset == "sp" else 0.0)
+                covered[p.depth] += p.ci[0] <= truth <= p.ci[1]
+                total[p.depth] += 1
+                widths.setdefault(p.depth, []).append(p.ci[1] - p.ci[0])
+    for depth in sorted(total):
+        print(
+            f"target depth {depth} (sweep 2-16): coverage {covered[depth]}/{total[depth]} = "
+            f"{covered[depth] / total[depth]:.3f}, interval width mean {np.mean(widths[depth]):.2f} octaves",
+            flush=True,
+        )
+
+
 def main() -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--design", choices=("fixed", "sequential"), default="fixed")
+    parser.add_argument("--design", choices=("fixed", "sequential", "target"), default="fixed")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--windows", type=int, nargs="+", default=[1, 2], help="fixed design: fit windows")
     parser.add_argument("--seed-models", nargs="+", default=list(SEED_MODELS), choices=SEED_MODELS)
@@ -154,7 +187,7 @@ def main() -> ExitCode:
     )
     parser.add_argument("--bootstrap", type=int, default=300, help="sequential design: bootstrap samples")
     args = parser.parse_args()
-    (sequential if args.design == "sequential" else fixed)(args)
+    {"fixed": fixed, "sequential": sequential, "target": target}[args.design](args)
     return ExitCode.OK
 
 
