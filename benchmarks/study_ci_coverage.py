@@ -130,14 +130,15 @@ def sequential(args: argparse.Namespace) -> None:
                         truth = planted_opt(r.family.preset, d.depth)
                         lo, hi = d.opt_ci
                         every += lo <= truth <= hi
-                        errors.append(abs(d.optimum.log2_lr - truth))
+                        errors.append(d.optimum.log2_lr - truth)
                         if d.depth == DEPTHS[-1]:
                             deepest += lo <= truth <= hi
             n_opt = cells * len(DEPTHS)
             print(
                 f"noise {noise}, divergence {diverge}: slope coverage {slope}/{cells} = {slope / cells:.3f}; "
                 f"deepest optimum {deepest}/{cells} = {deepest / cells:.3f}; every optimum {every}/{n_opt} = "
-                f"{every / n_opt:.3f}; |optimum error| median {np.median(errors):.3f}; slope CI half-width median "
+                f"{every / n_opt:.3f}; optimum error median {np.median(errors):+.3f} (|error| "
+                f"{np.median(np.abs(errors)):.3f}) octaves; slope CI half-width median "
                 f"{np.median(slope_hw):.3f}; runs mean {np.mean(runs):.0f} (min {min(runs)}, max {max(runs)}); "
                 f"stopped: {dict(reasons)}",
                 flush=True,
