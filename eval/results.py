@@ -252,6 +252,17 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
     return reasons
 
 
+def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
+    """Only the rows at ``depths`` (``eval transfer --depths``); a depth that was not swept is an error."""
+    swept = sorted(int(d) for d in sweep.rows["depth"].unique())
+    missing = sorted(set(depths) - set(swept))
+    if missing:
+        raise ResultsError(f"{sweep.path}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
+    rows = sweep.rows[sweep.rows["depth"].isin(depths)].reset_index(drop=True)
+    note = f"only depths {sorted(depths)} of {swept} analysed (--depths)"
+    return SweepResults(sweep.path, rows, sweep.extra_keys, [*sweep.warnings, note])
+
+
 def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
     """Use ``source``'s runs at the base depth for every other preset, and say so.
 

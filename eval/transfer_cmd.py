@@ -79,6 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
     parser.add_argument(
+        "--depths",
+        nargs="+",
+        type=int,
+        metavar="L",
+        help="only these depths (e.g. leave the deepest out and predict it with --target-depth)",
+    )
+    parser.add_argument(
         "--shared-base",
         metavar="PRESET",
         help="use PRESET's runs at the base depth for presets that have none there (at L = L0 all presets "
@@ -156,6 +163,7 @@ def write_transfer(
     goals: Optional[dict[str, float]] = None,
     goal_context: Optional[list[str]] = None,
     target_depths: Optional[list[int]] = None,
+    depths: Optional[list[int]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
@@ -166,10 +174,12 @@ def write_transfer(
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import read_results, share_base_depth
+    from eval.results import keep_depths, read_results, share_base_depth
     from eval.transfer import Note, analyze
 
     sweep = read_results(sweep_dir)
+    if depths:
+        sweep = keep_depths(sweep, depths)
     if shared_base:
         sweep = share_base_depth(sweep, shared_base)
     analysis = analyze(
@@ -247,6 +257,7 @@ def run(args: argparse.Namespace) -> ExitCode:
             dpi=args.dpi,
             goals=dict(args.goals) if args.goals else None,
             target_depths=args.target_depth,
+            depths=args.depths,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -140,6 +140,16 @@ def test_target_depth_on_the_command_line(tmp_path, capsys):
     assert {g["goal"] for g in report["goals"]} == {"slope_ci_halfwidth", "deepest_opt_ci_width"}
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Goals" in md and "## Predicted optimal LR at target depths" in md
+    # leave the deepest depth out and predict it
+    code = main(
+        ["transfer", str(sweep), "--out", str(tmp_path / "o3"), "--no-figures", "--bootstrap", "100",
+         "--depths", "2", "4", "--target-depth", "8"]
+    )  # fmt: skip
+    left_out = json.loads((tmp_path / "o3" / "transfer.json").read_text())
+    assert code == 0 and {d["depth"] for r in left_out["results"] for d in r["depths"]} == {2, 4}
+    sp = next(p for p in left_out["target_depth_predictions"] if p["family"] == "sp")
+    assert sp["extrapolated"] and sp["log2_lr"] == pytest.approx(planted_log2_opt(8, 0.5), abs=0.3)
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "o4"), "--depths", "3"]) == 2
     with pytest.raises(SystemExit) as err:  # argparse: usage error, exit 2, naming the goal
         main(["transfer", str(sweep), "--out", str(tmp_path / "o2"), "--goals", "speed=1"])
     assert err.value.code == 2 and "unknown goal 'speed'" in capsys.readouterr().err
