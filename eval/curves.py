@@ -98,8 +98,14 @@ class CurveSet:
     curves: dict[tuple[Family, float], list[DepthCurve]]
     base_depths_recorded: dict[Family, list[int]]
     n_pending_runs: int
-    n_runs: int
+    n_runs: int  # rows of distinct run IDs, shared base copies included
     pending_run_ids: list[str]
+    n_shared: int = 0  # copies of base-depth runs standing for another preset (eval.results.share_base_depth)
+
+    @property
+    def n_trained(self) -> int:
+        """Runs actually trained: every shared base-depth run once (what ``launch status`` counts)."""
+        return self.n_runs - self.n_shared
 
 
 def family_columns(sweep: SweepResults) -> list[str]:
@@ -157,6 +163,7 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
         n_pending_runs=len(pending),
         n_runs=len(runs),
         pending_run_ids=pending["run_id"].tolist(),
+        n_shared=int(runs["shared_copy"].eq(True).sum()) if "shared_copy" in runs else 0,
     )
 
 
@@ -176,6 +183,9 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
     diverged_ids: list[str] = []
     missing_ids: list[str] = []
     nonfinite_ids: list[str] = []
+    # seeds in a fixed order within each LR, whatever the row order of results.csv: the bootstrap
+    # draws by position, so the same runs give the same CIs (the study planner builds its rows itself)
+    depth_runs = depth_runs.sort_values(["lr", "seed"], kind="stable")
     for lr, lr_runs in depth_runs.groupby("lr", sort=True):
         usable: list[float] = []
         usable_seeds: list[int] = []

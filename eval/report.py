@@ -17,7 +17,7 @@ from typing import Any
 
 from eval.optimum import Optimum
 from eval.outputs import atomic_write_text, write_json
-from eval.transfer import DepthResult, FractionResult, PresetGap, TransferAnalysis, fraction_label
+from eval.transfer import DepthPrediction, DepthResult, FractionResult, PresetGap, TransferAnalysis, fraction_label
 
 MAX_REASONS_SHOWN = 50
 
@@ -151,6 +151,57 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
+PREDICTION_NOTE = (
+    "The optimal log2 LR at each target depth from the least-squares line of the per-depth optima against "
+    "log2 depth; 95% bootstrap interval (the line refitted to every draw of the optima, plus their scatter about "
+    "the line beyond seed noise). Regret: the loss expected at that depth from training with the base depth's "
+    "optimal LR instead, curvature x (difference in log2 LR)^2 with the curvature of the quadratic fit at the "
+    "nearest swept depth. A line through optima that do not lie on one (e.g. a step between two depths) "
+    "predicts poorly; the intervals cover seed noise and that scatter, not a trend that bends beyond the sweep."
+)
+
+
+def prediction_dict(p: DepthPrediction) -> dict[str, Any]:
+    return {
+        "family": p.family.label,
+        "fraction": p.fraction,
+        "fraction_label": fraction_label(p.fraction),
+        "target_depth": p.depth,
+        "log2_lr": _num(p.log2_lr),
+        "lr": _pow2(p.log2_lr),
+        "ci_log2_lr": list(p.ci) if p.ci else None,
+        "base_depth": p.base_depth,
+        "base_log2_lr": _num(p.base_log2_lr),
+        "regret_of_base_lr": _num(p.regret),
+        "regret_ci": list(p.regret_ci) if p.regret_ci else None,
+        "curvature_depth": p.curvature_depth,
+        "lack_of_fit_sd": _num(p.lack_of_fit_sd),
+        "extrapolated": p.extrapolated,
+        "note": p.note,
+    }
+
+
+def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "family", "fraction", "target L", "predicted optimal log2 LR [95% CI]", "LR",
+        "base L optimum (log2)", "regret of the base LR there (nats) [95% CI]", "note",
+    ]  # fmt: skip
+    cells = [
+        [
+            h["family"],
+            h["fraction_label"],
+            str(h["target_depth"]) + (" (extrapolated)" if h["extrapolated"] else ""),
+            _with_ci(h["log2_lr"], h["ci_log2_lr"], ".2f"),
+            "—" if h["lr"] is None else f"{h['lr']:.3g}",
+            "—" if h["base_log2_lr"] is None else f"{h['base_log2_lr']:.2f} (L={h['base_depth']})",
+            _with_ci(h["regret_of_base_lr"], h["regret_ci"], ".4f"),
+            h["note"] or "—",
+        ]
+        for h in rows
+    ]
+    return header, cells
+
+
 def _with_ci(value: Any, ci: Any, fmt: str) -> str:
     if value is None:
         return "—"
@@ -203,11 +254,14 @@ def analysis_dict(analysis: TransferAnalysis, figures: list[str]) -> dict[str, A
         "source": analysis.source,
         "settings": analysis.settings,
         "fractions": analysis.fractions,
-        "counts": {"runs": cs.n_runs, "pending_runs": cs.n_pending_runs},
+        "counts": {"runs": cs.n_trained, "pending_runs": cs.n_pending_runs, "shared_base_rows": cs.n_shared},
         "families": [{"label": f.label, "preset": f.preset, "keys": f.key_dict()} for f in analysis.families],
         "results": [result_dict(r) for r in analysis.results],
         "preset_gaps": [gap_dict(g) for g in analysis.gaps],
         "headline": headline_rows(analysis),
+        "goals": analysis.goals,
+        "goal_context": analysis.goal_context,
+        "target_depth_predictions": [prediction_dict(p) for p in analysis.predictions],
         "warnings": [{"where": n.where, "message": n.message} for n in analysis.notes],
         "divergence_reasons": analysis.divergence_reasons,
         "figures": figures,
@@ -345,6 +399,17 @@ def _regret_text(d: DepthResult) -> str:
     return d.regret_status.replace("_", " ")
 
 
+def _runs_text(cs) -> str:
+    """Run counts as ``launch status`` counts them: a shared base-depth run once."""
+    text = f"{cs.n_trained} runs ({cs.n_pending_runs} pending, ignored)"
+    if cs.n_shared:
+        text += (
+            f"; {cs.n_shared} base-depth rows are runs of another preset standing for this one "
+            "(at L = L0 every preset is the same model), counted once"
+        )
+    return text
+
+
 def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> list[Block]:
     """The report's content. ``figures`` holds (PNG file name relative to the report, caption)."""
     st = analysis.settings
@@ -354,18 +419,41 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
         Block("h1", "Learning-rate transfer across depth"),
         Block(
             "p",
-            f"Source: `{analysis.source}` — {cs.n_runs} runs ({cs.n_pending_runs} pending, ignored); "
+            f"Source: `{analysis.source}` — {_runs_text(cs)}; "
             f"fractions: {', '.join(fraction_label(f) for f in analysis.fractions)}; quadratic fit window ±{st['fit_window']} "
             f"usable LR point(s); {st['bootstrap_samples']} seed-bootstrap samples (RNG seed {st['bootstrap_seed']}, "
             f"{st['ci_level']:g}% percentile CI); diverged runs "
             + (
                 "contribute evals reached before diverging."
                 if st["use_evals_before_divergence"]
-                else "are excluded from fits."
+                else "count at their curve's worst finished loss where other seeds of their LR finished; "
+                "LRs where every seed diverged are left out of the fits."
             ),
         ),
+    ]
+    if analysis.goals:
+        from eval.goals import goal_table
+
+        g_header, g_rows = goal_table(analysis.goals)
+        met = sum(1 for g in analysis.goals if g["met"])
+        blocks += [
+            Block("h2", "Goals"),
+            *(Block("p", line) for line in analysis.goal_context),
+            Block("p", f"{met} of {len(analysis.goals)} goals met (intervals: the headline's 95% bootstrap CIs)."),
+            Block("table", header=g_header, rows=g_rows),
+        ]
+    blocks += [
         Block("h2", "Headline"),
         Block("table", header=head_header, rows=head_rows),
+    ]
+    if analysis.predictions:
+        p_header, p_rows = prediction_table([prediction_dict(p) for p in analysis.predictions])
+        blocks += [
+            Block("h2", "Predicted optimal LR at target depths"),
+            Block("p", PREDICTION_NOTE),
+            Block("table", header=p_header, rows=p_rows),
+        ]
+    blocks += [
         Block("h2", "Summary"),
         Block(
             "p",

@@ -120,6 +120,27 @@ def read_results(path: str | Path) -> SweepResults:
     return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings)
 
 
+def results_from_records(path: str | Path, records: list[dict], extra_keys: list[str] | None = None) -> SweepResults:
+    """Rows given as dicts keyed by results.csv's columns, parsed and checked as
+    :func:`read_results` parses the file (``path`` only names them in messages). The study
+    planner analyses its finished runs this way, without writing a file."""
+    path = Path(path)
+    extra_keys = sorted(extra_keys or [])
+    header = ["run_id", *CANONICAL_COLUMNS, *extra_keys, *TAIL_COLUMNS]
+    if not records:
+        raise ResultsError(f"{path}: no rows")
+
+    def text(value: object) -> str:
+        return repr(value) if isinstance(value, float) else ("" if value is None else str(value))
+
+    parsed = [
+        _parse_row(path, header, i + 2, [text(rec.get(h)) for h in header], extra_keys) for i, rec in enumerate(records)
+    ]
+    rows = pd.DataFrame(parsed)
+    _check_run_consistency(path, rows, extra_keys)
+    return SweepResults(path=path, rows=rows, extra_keys=extra_keys)
+
+
 def _check_header(path: Path, header: list[str], warnings: list[str]) -> None:
     required = ["run_id", *CANONICAL_COLUMNS, *TAIL_COLUMNS]
     missing = [c for c in required if c not in header]
@@ -231,6 +252,17 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
     return reasons
 
 
+def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
+    """Only the rows at ``depths`` (``eval transfer --depths``); a depth that was not swept is an error."""
+    swept = sorted(int(d) for d in sweep.rows["depth"].unique())
+    missing = sorted(set(depths) - set(swept))
+    if missing:
+        raise ResultsError(f"{sweep.path}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
+    rows = sweep.rows[sweep.rows["depth"].isin(depths)].reset_index(drop=True)
+    note = f"only depths {sorted(depths)} of {swept} analysed (--depths)"
+    return SweepResults(sweep.path, rows, sweep.extra_keys, [*sweep.warnings, note])
+
+
 def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
     """Use ``source``'s runs at the base depth for every other preset, and say so.
 
@@ -270,6 +302,7 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
             copy = base.copy()
             copy["preset"] = preset
             copy["run_id"] = copy["run_id"] + "@" + preset
+            copy["shared_copy"] = True  # counted once, as the run it copies (eval.curves.CurveSet.n_shared)
             copies.append(copy)
             shared.append(preset + (f" ({', '.join(map(str, values))})" if extra else ""))
     if not copies:

@@ -12,6 +12,17 @@ those means are resampled for the bootstrap CIs (``eval transfer --seed-model``)
 Both bootstraps are residual bootstraps with the residuals pooled over the curve and the
 pooled noise level drawn per sample (sqrt(df/chi2_df), the analogue of a t interval).
 
+Seeds that diverged at an LR where other seeds finished are information about that LR, not
+missing data: the cell's value is the mean over every seed that ended, with a diverged seed
+counted at the curve's worst finished loss (``cap``: a run that diverged is no better than the
+worst run that finished at this depth). So an LR where one seed in three diverges is not the
+best LR because its two survivors were lucky, and which near-edge seeds diverge on a given
+machine moves the cell by (share diverged) x (cap - survivors' mean), not from "best" to
+"unusable". The bootstrap draws the number of diverged seeds of such a cell from a binomial
+with the observed share. A cell where every seed diverged stays unusable (nothing finished
+there: the edge of the usable LRs). Why this cap and what it does to planted optima:
+docs/eval.md, "Seeds that diverge".
+
 Why ``independent`` stays the default (measured, docs/eval.md and docs/study_design.md): on
 planted curves with offsets of 0.05 nats per seed the additive model's optimum CIs are less
 than half as wide (coverage 0.94 against 0.99), but on the demo study's real curves the seeds of LRs near divergence scatter
@@ -24,7 +35,7 @@ two LRs), as in a sweep that trains each LR with its own seeds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +44,11 @@ SEED_MODELS = ("additive", "independent")
 
 @dataclass(frozen=True)
 class CurveMeans:
-    """The means of one curve's LR cells (NaN where no seed is usable) and their bootstrap."""
+    """The means of one curve's LR cells (NaN where no seed is usable) and their bootstrap.
+
+    ``means`` are what the optimum is fitted to: ``survivor_means`` (the seed model's means of
+    the finished seeds) with every partly diverged cell's diverged seeds counted at ``cap``.
+    """
 
     means: np.ndarray
     model: str  # the model actually used ("independent" when "additive" had to fall back)
@@ -42,25 +57,76 @@ class CurveMeans:
     _to_means: np.ndarray  # additive model: (n_cells, n_runs) linear map from losses to cell means
     _residuals: np.ndarray  # additive model: residuals scaled to unbiased variance
     _df: int
+    survivor_means: np.ndarray | None = None  # the seed model's means of the finished seeds
+    n_diverged: np.ndarray | None = None  # per cell: seeds that diverged
+    cap: float = math.nan  # the loss a diverged seed of a partly diverged cell counts at
+
+    @property
+    def partial(self) -> np.ndarray:
+        """Cells where some seeds diverged and others finished."""
+        n = np.array([len(v) for v in self.seed_losses], dtype=int)
+        k = np.zeros_like(n) if self.n_diverged is None else np.asarray(self.n_diverged, dtype=int)
+        return (n > 0) & (k > 0)
 
     def resample(self, n_boot: int, rng: np.random.Generator) -> np.ndarray:
         """``(n_boot, n_cells)`` bootstrap means."""
+        partial = self.partial
+        if not partial.any():
+            return self._resample_survivors(n_boot, rng, None)
+        n = np.array([len(v) for v in self.seed_losses], dtype=int)
+        m = n + np.asarray(self.n_diverged, dtype=int)  # seeds that ended (finished or diverged)
+        k = np.zeros((n_boot, n.size), dtype=int)
+        k[:, partial] = rng.binomial(
+            m[partial], (m[partial] - n[partial]) / m[partial], size=(n_boot, int(partial.sum()))
+        )
+        survivors = np.where(partial, m - k, n)
+        out = self._resample_survivors(n_boot, rng, survivors)
+        share = k / m.clip(min=1)
+        out = (1.0 - share) * out + share * self.cap
+        out[survivors == 0] = np.nan  # every seed of the cell diverged in this draw: unusable
+        return out
+
+    def _resample_survivors(self, n_boot: int, rng: np.random.Generator, survivors: np.ndarray | None) -> np.ndarray:
         if self.model == "independent":
-            return _resampled_cell_means(self.seed_losses, n_boot, rng)
+            return _resampled_cell_means(self.seed_losses, n_boot, rng, survivors)
+        base = self.means if self.survivor_means is None else self.survivor_means
         if not self._residuals.size:  # the model fits exactly: every draw is the estimate
-            return np.tile(self.means, (n_boot, 1))
+            return np.tile(base, (n_boot, 1))
         # losses = fitted + pooled residuals drawn with replacement (times the noise-level draw), refitted
         scale = np.sqrt(self._df / rng.chisquare(self._df, size=(n_boot, 1)))
         draws = self._residuals[rng.integers(0, self._residuals.size, size=(n_boot, self._fitted.size))] * scale
-        out = np.full((n_boot, self.means.size), np.nan)
-        usable = np.isfinite(self.means)
+        out = np.full((n_boot, base.size), np.nan)
+        usable = np.isfinite(base)
         out[:, usable] = (self._fitted + draws) @ self._to_means[usable].T
         return out
 
 
-def curve_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], model: str = "independent") -> CurveMeans:
-    """Fit ``model`` to one curve: ``seed_losses[i]`` are LR cell i's usable losses and
-    ``seed_ids[i]`` the seeds that gave them."""
+def curve_means(
+    seed_losses: list[np.ndarray],
+    seed_ids: list[np.ndarray],
+    model: str = "independent",
+    n_diverged: np.ndarray | list[int] | None = None,
+) -> CurveMeans:
+    """Fit ``model`` to one curve: ``seed_losses[i]`` are LR cell i's usable losses,
+    ``seed_ids[i]`` the seeds that gave them and ``n_diverged[i]`` how many seeds diverged
+    there (counted at the curve's worst finished loss where other seeds finished)."""
+    fit = _survivor_means(seed_losses, seed_ids, model)
+    if n_diverged is None:
+        return fit
+    k = np.asarray(n_diverged, dtype=int)
+    n = np.array([len(v) for v in seed_losses], dtype=int)
+    if k.shape != n.shape:
+        raise ValueError(f"n_diverged has {k.size} cells, seed_losses {n.size}")
+    partial = (n > 0) & (k > 0)
+    if not partial.any():
+        return fit
+    cap = max(float(np.max(v)) for v in seed_losses if len(v))
+    share = np.where(partial, k / (n + k).clip(min=1), 0.0)
+    means = (1.0 - share) * fit.means + share * cap
+    return replace(fit, means=means, survivor_means=fit.means, n_diverged=k, cap=cap)
+
+
+def _survivor_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], model: str) -> CurveMeans:
     if model not in SEED_MODELS:
         raise ValueError(f"seed model must be one of {SEED_MODELS}, got {model!r}")
     n_cells = len(seed_losses)
@@ -84,7 +150,9 @@ def curve_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], model
     return CurveMeans(plain, "independent", seed_losses, empty, empty, empty, 0)
 
 
-def _resampled_cell_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+def _resampled_cell_means(
+    seed_losses: list[np.ndarray], n_boot: int, rng: np.random.Generator, survivors: np.ndarray | None = None
+) -> np.ndarray:
     """Bootstrap seed means of every LR cell under the independent model, ``(n_boot, n_lr)``.
 
     Each cell's mean plus the mean of ``n`` residuals drawn from all cells' centred seed
@@ -92,7 +160,9 @@ def _resampled_cell_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.ra
     cell's own 3 seeds instead shrinks the spread by (n-1)/n and has only 2 degrees of
     freedom: on planted sweeps its nominal 95% CIs of the optimum covered the truth 75% of the
     time (docs/eval.md). Falls back to per-cell resampling when no cell has two seeds (then
-    every cell is constant and there is no CI anyway).
+    every cell is constant and there is no CI anyway). ``survivors`` (``(n_boot, n_lr)``, for
+    partly diverged cells) is how many seeds finished in each draw: the mean of that many
+    residuals is drawn instead.
     """
     seeded = [v for v in seed_losses if v.size >= 2]
     residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seeded]
@@ -103,7 +173,13 @@ def _resampled_cell_means(seed_losses: list[np.ndarray], n_boot: int, rng: np.ra
     for i, losses in enumerate(seed_losses):
         if not losses.size:
             continue
-        if pool.size:
+        if pool.size and survivors is not None and np.any(survivors[:, i] != losses.size):
+            n_i = survivors[:, i]
+            width = max(int(n_i.max()), 1)
+            draws = pool[rng.integers(0, pool.size, size=(n_boot, width))] * scale
+            kept = np.arange(width)[None, :] < n_i[:, None]
+            means[:, i] = losses.mean() + (draws * kept).sum(axis=1) / np.maximum(n_i, 1)
+        elif pool.size:
             draws = pool[rng.integers(0, pool.size, size=(n_boot, losses.size))] * scale
             means[:, i] = losses.mean() + draws.mean(axis=1)
         else:

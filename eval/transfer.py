@@ -56,6 +56,9 @@ class DepthResult:
     regret_ci: tuple[float, float] | None = None  # bootstrap percentile CI of the regret
     # bootstrap draws of this depth's best (fitted) loss, for CIs of differences between families
     loss_draws: np.ndarray | None = field(default=None, repr=False)
+    # bootstrap draws of the optimum's log2 LR and of the fitted curvature (NaN where a draw has no quadratic)
+    opt_draws: np.ndarray | None = field(default=None, repr=False)
+    curvature_draws: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n_lr_tried(self) -> int:
@@ -161,6 +164,9 @@ class TransferAnalysis:
     settings: dict = field(default_factory=dict)
     divergence_reasons: dict[str, str] = field(default_factory=dict)
     gaps: list[PresetGap] = field(default_factory=list)
+    goals: list[dict] = field(default_factory=list)  # eval.goals.GoalCheck.as_dict() rows, when goals were given
+    goal_context: list[str] = field(default_factory=list)  # what a study says above them (stop reason, spent)
+    predictions: list = field(default_factory=list)  # DepthPrediction rows (--target-depth)
 
     def result(self, family: Family, fraction: float) -> FractionResult:
         return next(r for r in self.results if r.family == family and r.fraction == fraction)
@@ -380,7 +386,7 @@ def _analyze_family_fraction(
         notes.append(Note(where_ff, base_note))
     results = []
     for curve in curves:
-        fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model)
+        fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model, curve.n_diverged)
         opt = fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
         results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt, fit=fit))
         notes.extend(_depth_notes(f"{where_ff} | L={curve.depth}", curve, opt))
@@ -440,7 +446,13 @@ def _depth_notes(where: str, curve: DepthCurve, opt: Optimum) -> list[Note]:
             f"lr=2^{curve.log2_lr[i]:.2f} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
             for i in partial
         )
-        notes.append(Note(where, f"some seeds diverged where others did not; means use the survivors: {cells}"))
+        notes.append(
+            Note(
+                where,
+                "some seeds diverged where others did not; each counts at this curve's worst finished loss "
+                f"in its LR's mean: {cells}",
+            )
+        )
     if curve.nonfinite_run_ids:
         ids = curve.nonfinite_run_ids
         notes.append(
@@ -568,6 +580,10 @@ def _bootstrap(
         optima = [fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged) for b in range(n_boot)]
         opt_boot[:, j] = [o.log2_lr for o in optima]
         d.loss_draws = np.array([o.loss for o in optima])
+        d.opt_draws = opt_boot[:, j].copy()
+        d.curvature_draws = np.array(
+            [o.fit.a if o.method == "quadratic" and o.fit is not None else np.nan for o in optima]
+        )
         draws_of.append((means, optima))
     for j, d in enumerate(found):
         d.opt_ci = _percentile_ci(opt_boot[:, j])
@@ -578,3 +594,98 @@ def _bootstrap(
         slopes = (opt_boot - opt_boot.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
         result.slope.ci_low, result.slope.ci_high = _percentile_ci(slopes)
         result.drift_ci = _percentile_ci(np.ptp(opt_boot, axis=1))
+
+
+# ---------------------------------------------------------------- optimal LR at a target depth
+
+
+@dataclass(frozen=True)
+class DepthPrediction:
+    """The optimal log2 LR predicted at ``depth`` for one family and fraction from the depth
+    trend (the slope fit's line), and the regret of training there with the base depth's LR.
+
+    ``ci``: 95% bootstrap interval of the prediction: the line refitted to every draw of the
+    per-depth optima, plus the scatter of the optima about the line beyond their seed noise
+    (``lack_of_fit_sd``, normal). ``regret``: curvature x (base optimum - predicted optimum)^2,
+    the curvature of the quadratic fit at the measured depth nearest in log2 depth
+    (``curvature_depth``); its CI takes every draw's base optimum, prediction and curvature.
+    """
+
+    family: Family
+    fraction: float
+    depth: int
+    log2_lr: float
+    ci: tuple[float, float] | None
+    base_depth: int | None
+    base_log2_lr: float
+    regret: float
+    regret_ci: tuple[float, float] | None
+    curvature_depth: int | None
+    lack_of_fit_sd: float
+    extrapolated: bool  # beyond the swept depths
+    note: str = ""
+
+
+def predict_at_depths(analysis: TransferAnalysis, depths: list[int], seed: int = 0) -> list[DepthPrediction]:
+    """One prediction per family x fraction x target depth (``eval transfer --target-depth``)."""
+    bad = [d for d in depths if d < 1]
+    if bad:
+        raise AnalysisInputError(f"--target-depth must be >= 1, got {bad}")
+    out = []
+    for fi, r in enumerate(analysis.results):
+        rng = np.random.default_rng([seed, 7919, fi])
+        for depth in depths:
+            out.append(_predict(r, depth, rng))
+    return out
+
+
+def _predict(r: FractionResult, depth: int, rng: np.random.Generator) -> DepthPrediction:
+    found = [d for d in r.depths if d.optimum.found]
+    base = r.base if r.base is not None and r.base.optimum.found else None
+    base_x = base.optimum.log2_lr if base else math.nan
+    if not r.slope.available:
+        return DepthPrediction(r.family, r.fraction, depth, math.nan, None, r.base_depth, base_x, math.nan, None,
+                               None, math.nan, True, r.slope.note or "no depth trend")  # fmt: skip
+    x = np.log2([d.depth for d in found])
+    y = np.array([d.optimum.log2_lr for d in found])
+    target = math.log2(depth)
+    pred = r.slope.intercept + r.slope.slope * target
+    extrapolated = not (x.min() - 1e-9 <= target <= x.max() + 1e-9)
+    quad = [d for d in found if d.optimum.method == "quadratic" and d.optimum.fit is not None]
+    near = min(quad, key=lambda d: (abs(math.log2(d.depth) - target), -d.depth)) if quad else None
+    curv = near.optimum.fit.a if near else math.nan
+    regret = curv * (base_x - pred) ** 2 if base and near else math.nan
+    notes = []
+    if edges := [d.depth for d in found if d.optimum.edge is not None]:
+        notes.append(f"optima at L={edges} are edge bounds")
+    draws = [d.opt_draws for d in found]
+    ci = regret_ci = None
+    lof = math.nan
+    if all(v is not None for v in draws) and len(found) >= 2:
+        opt = np.column_stack(draws)  # (n_boot, n_depths)
+        xc = x - x.mean()
+        sxx = float(xc @ xc)
+        slopes = (opt - opt.mean(axis=1, keepdims=True)) @ xc / sxx
+        preds = opt.mean(axis=1) + slopes * (target - x.mean())
+        # scatter of the optima about the line beyond their seed noise (0 with two depths: no df)
+        lof = 0.0
+        if len(found) >= 3:
+            resid = y - (r.slope.intercept + r.slope.slope * x)
+            excess = float(resid @ resid) / (len(found) - 2) - float(np.mean(np.var(opt, axis=0, ddof=1)))
+            lof = math.sqrt(max(excess, 0.0))
+            if lof > 0:
+                preds = preds + lof * rng.standard_normal(preds.size)
+        ci = _percentile_ci(preds)
+        if base is not None and near is not None and base.opt_draws is not None:
+            a = near.curvature_draws if near.curvature_draws is not None else np.full(preds.size, curv)
+            a = np.where(np.isfinite(a), a, curv)
+            regrets = a * (base.opt_draws - preds) ** 2
+            regret_ci = _percentile_ci(regrets[np.isfinite(regrets)])
+    else:
+        notes.append("no bootstrap draws (one seed, or --bootstrap 0): no interval")
+    if extrapolated:
+        notes.append(f"L={depth} is outside the swept depths {[d.depth for d in r.depths]}: the line is extrapolated")
+    if near is None:
+        notes.append("no depth has a quadratic optimum: no curvature, no regret")
+    return DepthPrediction(r.family, r.fraction, depth, float(pred), ci, r.base_depth, base_x, float(regret),
+                           regret_ci, near.depth if near else None, lof, extrapolated, "; ".join(notes))  # fmt: skip

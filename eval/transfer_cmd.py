@@ -42,6 +42,21 @@ def _fraction(text: str) -> float | str:
     return value
 
 
+def _goal(text: str) -> tuple[str, float]:
+    from eval.goals import GOALS
+
+    name, _, value = text.partition("=")
+    if name not in GOALS:
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown goal {name!r}; the goals are {sorted(GOALS)}")
+    try:
+        target = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected GOAL=NUMBER") from None
+    if not target > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the target must be > 0")
+    return name, target
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "sweep_dir", metavar="SWEEP_DIR", help="sweep directory holding results.csv (or the CSV itself)"
@@ -63,6 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="base depth L0 for the regret (default: parametrization.base_num_layers if all runs agree, else the smallest depth)",
     )
     parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
+    parser.add_argument(
+        "--depths",
+        nargs="+",
+        type=int,
+        metavar="L",
+        help="only these depths (e.g. leave the deepest out and predict it with --target-depth)",
+    )
     parser.add_argument(
         "--shared-base",
         metavar="PRESET",
@@ -94,6 +116,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use evals a diverged run reached before diverging (default: diverged runs are excluded from all fits)",
     )
+    parser.add_argument(
+        "--goals",
+        nargs="+",
+        type=_goal,
+        metavar="GOAL=TARGET",
+        help="precision goals to check and report (eval/goals.py), e.g. slope_ci_halfwidth=0.15 deepest_opt_ci_width=1",
+    )
+    parser.add_argument(
+        "--target-depth",
+        type=int,
+        nargs="+",
+        metavar="L",
+        help="predict the optimal LR at depth L (any L, also beyond the sweep) from the fitted depth trend, with a "
+        "95%% interval and the regret of using the base depth's LR there",
+    )
     parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
     parser.add_argument("--no-figures", action="store_true", help="write only the JSON, CSV and reports")
 
@@ -123,17 +160,26 @@ def write_transfer(
     seed_model: str = "independent",
     figures: bool = True,
     dpi: int = 150,
+    goals: Optional[dict[str, float]] = None,
+    goal_context: Optional[list[str]] = None,
+    target_depths: Optional[list[int]] = None,
+    depths: Optional[list[int]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
-    The Python API behind ``python -m eval transfer`` (the demo calls it). Raises
-    ``ResultsError`` / ``AnalysisInputError`` on bad input and ``OSError`` when ``out`` cannot be made.
+    The Python API behind ``python -m eval transfer`` (the demo calls it). ``goals`` adds the
+    per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
+    said above it (a study's stop reason and what it spent); ``target_depths`` adds the predicted
+    optimal LR at those depths. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
+    ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import read_results, share_base_depth
+    from eval.results import keep_depths, read_results, share_base_depth
     from eval.transfer import Note, analyze
 
     sweep = read_results(sweep_dir)
+    if depths:
+        sweep = keep_depths(sweep, depths)
     if shared_base:
         sweep = share_base_depth(sweep, shared_base)
     analysis = analyze(
@@ -147,6 +193,15 @@ def write_transfer(
         use_evals_before_divergence=use_evals_before_divergence,
         seed_model=seed_model,
     )
+    if goals:
+        from eval.goals import check_goals
+
+        analysis.goals = [c.as_dict() for c in check_goals(analysis, goals)]
+        analysis.goal_context = list(goal_context or [])
+    if target_depths:
+        from eval.transfer import predict_at_depths
+
+        analysis.predictions = predict_at_depths(analysis, target_depths)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, str]] = []
@@ -200,6 +255,9 @@ def run(args: argparse.Namespace) -> ExitCode:
             seed_model=args.seed_model,
             figures=not args.no_figures,
             dpi=args.dpi,
+            goals=dict(args.goals) if args.goals else None,
+            target_depths=args.target_depth,
+            depths=args.depths,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -256,6 +314,19 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             f"loss gap {g.family.label} - {g.reference.label} at L={g.depth}, "
             f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}"
         )
+    for p in analysis.predictions:
+        ci = f" [{p.ci[0]:.2f}, {p.ci[1]:.2f}]" if p.ci else " (no CI)"
+        rci = f" [{p.regret_ci[0]:.4f}, {p.regret_ci[1]:.4f}]" if p.regret_ci else ""
+        regret = f"{p.regret:.4f}{rci}" if p.regret == p.regret else "n/a"
+        print(
+            f"{p.family.label:<28} {fraction_label(p.fraction):<12} L={p.depth}: optimal log2 LR {p.log2_lr:.2f}{ci}"
+            f" (lr {2.0**p.log2_lr:.3g}); regret of the L={p.base_depth} LR there {regret}"
+            + (" (extrapolated)" if p.extrapolated else "")
+        )
+    for g in analysis.goals:
+        achieved = "no interval" if g["achieved"] is None else f"{g['achieved']:.3f}"
+        print(f"goal {g['goal']} {g['family']} {g['fraction_label']}: target {g['target']:g}, achieved {achieved}, "
+              f"{'met' if g['met'] else 'NOT met'}")  # fmt: skip
     if analysis.notes:
         print(f"{len(analysis.notes)} warning(s):")
         for note in analysis.notes:

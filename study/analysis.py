@@ -12,8 +12,10 @@ from study.log import log as _log
 from study.spec import Study
 
 
-def analyse(sweep_dir: Path, report_dir: Path, s: Study) -> dict[str, Any]:
-    """Write the report into ``report_dir``; return ``{"headline": eval transfer's headline rows}``.
+def analyse(sweep_dir: Path, report_dir: Path, s: Study, goal_context: list[str] | None = None) -> dict[str, Any]:
+    """Write the report into ``report_dir``; return ``{"headline": eval transfer's headline rows,
+    "goals": the study's goals checked on them}``. ``goal_context``: the lines the report says
+    above its goals (why the study stopped, what it spent).
 
     Raises :class:`LaunchError` when ``eval transfer`` rejects the results (exit 2).
     """
@@ -26,8 +28,16 @@ def analyse(sweep_dir: Path, report_dir: Path, s: Study) -> dict[str, Any]:
     try:
         with open(report_dir / "eval.log", "w") as log, contextlib.redirect_stderr(log):
             outputs = write_transfer(
-                sweep_dir, report_dir, shared_base=s.presets[0], fit_window=s.fit_window, seed_model=s.seed_model
-            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W --seed-model M`
+                sweep_dir,
+                report_dir,
+                shared_base=s.presets[0],
+                fit_window=s.fit_window,
+                seed_model=s.seed_model,
+                n_boot=s.bootstrap,
+                goals=s.goals or None,
+                goal_context=goal_context,
+            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W --seed-model M
+            # --bootstrap B --goals ...`; the planner's sequential phase analyses with the same settings
     except (ResultsError, AnalysisInputError) as exc:
         raise LaunchError(f"eval transfer: {exc}") from None
     failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""
@@ -41,4 +51,4 @@ def analyse(sweep_dir: Path, report_dir: Path, s: Study) -> dict[str, Any]:
             _log(f"eval dynamics: {report_dir / 'dynamics.md'} ({len(dynamics['runs'])} runs at each depth's best LR)")
         except DynamicsError as exc:
             _log(f"eval dynamics: {exc}")
-    return {"headline": headline_rows(outputs.analysis)}
+    return {"headline": headline_rows(outputs.analysis), "goals": outputs.analysis.goals}

@@ -11,6 +11,7 @@ import yaml
 
 from launch.errors import LaunchError
 from rundir.contract import ExitCode
+from study.corpus import CORPORA, DEFAULT_CORPUS
 from study.demo import run_demo
 from study.log import log as _log
 from study.spec import available, load_study
@@ -43,7 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-seeds", type=int, default=None, help="override the study's seeds per LR near the base depth's optimum"
     )
-    parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>)")
+    parser.add_argument(
+        "--corpus", default=None, choices=sorted(CORPORA),
+        help="the text the runs train on: a row of data_prep.registry_corpora (default: the study file's corpus key, "
+        f"{DEFAULT_CORPUS} where it has none)",
+    )  # fmt: skip
+    parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>, plus _<corpus> off kjv)")
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
     parser.add_argument(
         "--executor", choices=("local", "slurm"), default="local",
@@ -65,11 +71,13 @@ def main(args: argparse.Namespace) -> ExitCode:
         depths=tuple(args.depths) if args.depths else None,
         seeds=args.seeds,
         base_seeds=args.base_seeds,
+        corpus=args.corpus,
     )
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:
         raise LaunchError("--workers: must be >= 1")
-    out = Path(args.out or Path("demo_out") / s.name)
+    suffix = "" if s.corpus == DEFAULT_CORPUS else f"_{s.corpus}"
+    out = Path(args.out or Path("demo_out") / f"{s.name}{suffix}")
     slurm = None
     if args.slurm_config:
         if args.executor != "slurm":

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from study.corpus import CorpusError, corpus_jsonl
+from jobscripts.atomic import atomic_write_text
+from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl
 from study.log import log as _log
 from study.spec import Study
 
@@ -44,7 +45,22 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
 
 
 def prepare_data(out: Path, s: Study, workers: int) -> Path:
-    """Corpus -> data_prep (JSONL path) -> manifest; both steps skip work already done."""
+    """Corpus (the study's ``corpus`` key) -> data_prep (JSONL path) -> manifest; both steps
+    skip work already done.
+
+    ``out/corpus.name`` records which corpus ``out/data`` was built from: a rerun into the
+    same directory with another corpus is refused (CorpusError) instead of mixing them.
+    """
+    marker = out / "corpus.name"
+    if marker.is_file() and marker.read_text().strip() != s.corpus:
+        raise CorpusError(
+            f"{out} holds a study on corpus {marker.read_text().strip()!r} ({marker}); "
+            f"corpus {s.corpus!r} needs another --out"
+        )
+    if not marker.is_file() and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
+        raise CorpusError(f"{out / 'data'} was built before corpora were recorded (from {DEFAULT_CORPUS!r}); "
+                          f"corpus {s.corpus!r} needs another --out")  # fmt: skip
+    atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
     manifest = carried_manifest(out, s)
     if manifest is None:
@@ -55,7 +71,8 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
         manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
     _log(
         f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
-        f"({manifest['train']['documents']} / {manifest['valid']['documents']} chapters), vocab {s.vocab_size}"
+        f"({manifest['train']['documents']} / {manifest['valid']['documents']} documents of {s.corpus}), "
+        f"vocab {s.vocab_size}"
     )
     tokens = s.steps * s.batch * s.seq_length
     _log(

@@ -25,7 +25,7 @@ from study.corpus import CorpusError
 from study.data import base_config, prepare_data
 from study.log import log as _log
 from study.spec import Study
-from study.summary import headline, render_markdown
+from study.summary import headline, render_markdown, study_status
 from study.sweep import AdaptiveSweep
 
 
@@ -83,13 +83,14 @@ def run_demo(
     print_report(sweep_dir, sweep.plan, states, sys.stderr)
     write_results(sweep_dir, sweep.plan, states)
     report_dir = out / "report"
+    status = study_status(sweep, s)
     try:
-        transfer = analyse(sweep_dir, report_dir, s)
+        transfer = analyse(sweep_dir, report_dir, s, goal_context=status[3])
     except LaunchError as exc:
         _log(str(exc))
         return ExitCode.USAGE
     minutes = (time.time() - t0) / 60
-    h = headline(transfer, sweep, s)
+    h = headline(transfer, sweep, s, status)
     h["wall_minutes"] = minutes
     atomic_write_text(out / "demo_summary.json", json.dumps(h, indent=1, default=str) + "\n")
     md = render_markdown(h, s, minutes)

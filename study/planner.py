@@ -14,9 +14,26 @@ Each (variant, preset) arm walks the depths on its own, in phases per depth:
 
 The next depth starts from this depth's best LR by seed mean once all of its runs have
 finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py), the means
-``eval transfer`` fits. Seeds are spent near the optimum, never on the far tails. Because the plan is a
-function of what exists and what has finished, a study resumes after any interruption and
-reruns add nothing (see ``launch.demo``, which executes the points).
+``eval transfer`` fits, with seeds that diverged where others finished counted as
+``eval transfer`` counts them. Seeds are spent near the optimum, never on the far tails.
+
+4. **sequential** (a study with ``goals``): once every arm has walked every depth and nothing
+   is pending, the finished runs are analysed with ``eval transfer``'s own code
+   (:func:`eval.transfer.analyze`, the study's settings and bootstrap seed 0, as the report
+   will be) and checked against the goals (:mod:`eval.goals`). The interval furthest over its
+   goal gets the next batch: ``seed_step`` more seeds at the best LR and the ``fit_window``
+   tried LRs on each side (the points of its quadratic fit) of the one depth where they
+   shrink that interval most per unit of run cost. This repeats until
+   every goal is met, no unmet goal can be narrowed by seeds, or the study's ``budget_runs``
+   (every run of the study, the shared base once) is spent; the last batch is cut to fit.
+   While goals are unmet, a depth whose best LR moved since its last batch first gets its
+   added seeds at the new best's fit window.
+
+Phases 1-3 see only each depth's first ``seeds`` (``base_seeds``) seeds, so the seeds that
+phase 4 adds never move a window or re-plan a scan; phase 4 only adds seeds at LRs already
+tried. Because the plan is a function of what exists and what has finished (the analysis is
+deterministic), a study resumes after any interruption and reruns add nothing (see
+``study.sweep``, which executes the points).
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -32,7 +49,22 @@ from eval.seed_model import curve_means
 from study.spec import Study
 
 PENDING = "pending"
-Outcome = Union[float, None, str]  # loss; None: failed or diverged; PENDING: not finished
+DIVERGED = "diverged"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished run's validation losses: ``evals`` = ((fraction, loss), ...), ascending."""
+
+    evals: tuple[tuple[float, float], ...]
+
+    @property
+    def end(self) -> float:
+        return self.evals[-1][1]
+
+
+# loss at the end (or Finished: at every eval point); None: failed; DIVERGED; PENDING: not finished
+Outcome = Union[float, Finished, None, str]
 
 
 @dataclass(frozen=True, order=True)
@@ -44,34 +76,125 @@ class Point:
     variant: str = ""  # the study's variant (e.g. a block type); "" in a study without variants
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Where the sequential phase stands: ``reason`` is ``running`` (more to do),
+    ``goals_met``, ``budget_spent``, ``unreachable`` (no unmet goal can be narrowed by more
+    seeds) or ``no_goals``; ``checks`` are the goal checks of the last analysis (dicts)."""
+
+    reason: str
+    runs: int
+    budget: int
+    checks: tuple[dict, ...] = ()
+
+
 def key(log2_lr: float) -> float:
     """log2 LR as a dict key that survives a float round trip (sweep.yaml, results.csv)."""
     return round(log2_lr, 6)
 
 
+def end_loss(outcome: Outcome) -> Optional[float]:
+    """The finite end-of-training loss of an outcome, else None."""
+    value = outcome.end if isinstance(outcome, Finished) else outcome
+    return float(value) if isinstance(value, float) and math.isfinite(value) else None
+
+
 class Planner:
-    def __init__(self, study: Study) -> None:
+    def __init__(self, study: Study, variant_values: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
+        """``variant_values``: variant -> the typed value of every key a variant sets, as the
+        sweep records them (so the planner's analysis orders families as results.csv does)."""
         self.s = study
+        self.variant_values = {
+            v: dict(variant_values[v])
+            if variant_values
+            else {k: study.variants[v].get(k) for k in study.variant_keys()}
+            for v in study.variants
+        }
 
     def owner(self, preset: str, depth: int) -> str:
         """At the base depth every preset is the same model: the first preset trains it (per variant)."""
         return self.s.presets[0] if depth == self.s.depths[0] else preset
 
+    def default_seeds(self, depth: int) -> int:
+        """Seeds of phases 1-3 at ``depth`` (``base_seeds`` at the base depth, if larger)."""
+        return max(self.s.seeds, self.s.base_seeds) if depth == self.s.depths[0] else self.s.seeds
+
     def next_points(self, results: Mapping[Point, Outcome]) -> list[Point]:
         """Points to add now, over all arms (none twice, none already in ``results``)."""
-        out: list[Point] = []
-        for variant in self.s.variants:
-            for preset in self.s.presets:
-                chain = self._chain(preset, variant, results)
-                out += [p for p in chain if p not in results and p not in out]
-        return out
+        out, complete = self._chains(results)
+        if out or not complete:
+            return out
+        if not self.s.goals or any(o == PENDING for o in results.values()):
+            return []
+        return self._sequential(results)[0]
+
+    def stop(self, results: Mapping[Point, Outcome]) -> Stop:
+        """Why the study stops (or ``running``), with the goal checks; for the summary."""
+        if not self.s.goals:
+            return Stop("no_goals", len(results), self.s.budget_runs)
+        out, complete = self._chains(results)
+        if out or not complete or any(o == PENDING for o in results.values()):
+            return Stop("running", len(results), self.s.budget_runs)
+        return self._sequential(results)[1]
 
     def best(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> Optional[float]:
         """The LR with the lowest mean loss at ``depth`` (None: nothing usable)."""
         means = self.means(preset, depth, results, variant)
         return min(means, key=means.get) if means else None
 
-    # ---------------------------------------------------------------- internals
+    def means(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> dict[float, float]:
+        """log2 LR -> mean end loss over the finished seeds (LRs without one left out), averaged
+        under the study's seed model with diverged seeds counted, as ``eval transfer`` does."""
+        cells = self._cells(preset, depth, results, variant)
+        lrs, losses, seeds, diverged = [], [], [], []
+        for lr, outcomes in sorted(cells.items()):
+            done = {seed: end_loss(o) for seed, o in sorted(outcomes.items()) if end_loss(o) is not None}
+            if done:
+                lrs.append(lr)
+                losses.append(np.array(list(done.values())))
+                seeds.append(np.array(list(done.keys())))
+                diverged.append(sum(1 for o in outcomes.values() if o == DIVERGED))
+        fitted = curve_means(losses, seeds, self.s.seed_model, diverged).means
+        return {lr: float(m) for lr, m in zip(lrs, fitted)}
+
+    # ---------------------------------------------------------------- the analysis
+    def analysis(self, results: Mapping[Point, Outcome]):
+        """``eval transfer``'s analysis of the finished points, with the study's settings: the
+        same numbers as the study's report (``study.analysis.analyse``) on the same runs."""
+        from eval.results import results_from_records, share_base_depth
+        from eval.transfer import analyze
+
+        records = []
+        for p, o in sorted(results.items()):
+            if o == PENDING:
+                continue
+            values = {
+                "run_id": f"{p.variant}/{p.preset}/L{p.depth}/lr{p.log2_lr:+g}/s{p.seed}",
+                "parametrization.preset": p.preset,
+                "model.num_layers": p.depth,
+                "optimizer.lr": 2.0**p.log2_lr,
+                "run.seed": p.seed,
+                "parametrization.block_multiplier": 1.0,
+                "parametrization.base_num_layers": self.s.depths[0],
+                "model.hidden_size": self.s.hidden_size,
+                **self.variant_values[p.variant],
+            }
+            if isinstance(o, Finished):
+                evals = list(o.evals)
+            elif isinstance(o, float):
+                evals = [(1.0, o)]
+            else:
+                evals = [(1.0, None)]
+            status = "completed" if evals[0][1] is not None else (DIVERGED if o == DIVERGED else "failed")
+            for fraction, loss in evals:
+                records.append({**values, "status": status, "step": "", "fraction": fraction, "val_loss": loss})
+        sweep = results_from_records("<study planner>", records, self.s.variant_keys())
+        sweep = share_base_depth(sweep, self.s.presets[0])
+        return analyze(
+            sweep, window=self.s.fit_window, n_boot=self.s.bootstrap, boot_seed=0, seed_model=self.s.seed_model
+        )
+
+    # ---------------------------------------------------------------- phases 1-3
     def _cells(
         self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = ""
     ) -> dict[float, dict[int, Outcome]]:
@@ -83,21 +206,19 @@ class Planner:
                 cells.setdefault(key(p.log2_lr), {})[p.seed] = outcome
         return cells
 
-    def means(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> dict[float, float]:
-        """log2 LR -> mean end loss over the finished, finite seeds (LRs without one left out),
-        averaged under the study's seed model, as ``eval transfer`` will average them."""
-        cells = self._cells(preset, depth, results, variant)
-        lrs, losses, seeds = [], [], []
-        for lr, outcomes in sorted(cells.items()):
-            done = {seed: o for seed, o in outcomes.items() if isinstance(o, float) and math.isfinite(o)}
-            if done:
-                lrs.append(lr)
-                losses.append(np.array(list(done.values())))
-                seeds.append(np.array(list(done.keys())))
-        fitted = curve_means(losses, seeds, self.s.seed_model).means
-        return {lr: float(m) for lr, m in zip(lrs, fitted)}
+    def _chains(self, results: Mapping[Point, Outcome]) -> tuple[list[Point], bool]:
+        """Phases 1-3 over every arm, on each depth's first seeds: (points, every arm complete)."""
+        first = {p: o for p, o in results.items() if p.seed < self.default_seeds(p.depth)}
+        out: list[Point] = []
+        complete = True
+        for variant in self.s.variants:
+            for preset in self.s.presets:
+                chain, done = self._chain(preset, variant, first)
+                out += [p for p in chain if p not in results and p not in out]
+                complete &= done
+        return out, complete
 
-    def _chain(self, preset: str, variant: str, results: Mapping[Point, Outcome]) -> list[Point]:
+    def _chain(self, preset: str, variant: str, results: Mapping[Point, Outcome]) -> tuple[list[Point], bool]:
         s = self.s
         center: Optional[float] = None
         for i, depth in enumerate(s.depths):
@@ -106,16 +227,16 @@ class Planner:
                 planned = [key(x) for x in s.base_lrs_log2]
             else:
                 if center is None:
-                    return []  # nothing usable at the previous depth: the chain stops
+                    return [], True  # nothing usable at the previous depth: the chain stops
                 half = (s.window - 1) / 2
                 planned = [key(center + s.step_log2 * (k - half)) for k in range(s.window)]
             todo = self._depth_todo(owner, variant, depth, planned, results)
             if todo is None:  # waiting on runs of this depth
-                return []
+                return [], False
             if todo:
-                return todo if owner == preset else []  # the shared base is its owner's to run
+                return (todo if owner == preset else []), False  # the shared base is its owner's to run
             center = self.best(preset, depth, results, variant)
-        return []
+        return [], True
 
     def _depth_todo(
         self, preset: str, variant: str, depth: int, planned: list[float], results: Mapping[Point, Outcome]
@@ -126,7 +247,7 @@ class Planner:
         v = variant
         if any(o == PENDING for v in cells.values() for o in v.values()):
             return None
-        seeds = list(range(max(s.seeds, s.base_seeds) if depth == s.depths[0] else s.seeds))
+        seeds = list(range(self.default_seeds(depth)))
         first = seeds[0]
         missing = [Point(preset, depth, x, first, v) for x in planned if x not in cells]
         if missing:
@@ -150,11 +271,24 @@ class Planner:
             if todo:
                 return todo
         # seeds: every seed at the best LR and its nearest tried neighbours on each side
+        return self._seed_neighbours(preset, variant, depth, cells, best, seeds)
+
+    @staticmethod
+    def _seed_neighbours(
+        preset: str,
+        variant: str,
+        depth: int,
+        cells: dict[float, dict[int, Outcome]],
+        best: float,
+        seeds: list[int],
+        width: int = 1,
+    ) -> list[Point]:
+        """``seeds`` at the best LR and its ``width`` nearest tried neighbours on each side, where missing."""
         tried = sorted(cells)
         j = tried.index(best)
         return [
-            Point(preset, depth, x, seed, v)
-            for x in tried[max(0, j - 1) : j + 2]
+            Point(preset, depth, x, seed, variant)
+            for x in tried[max(0, j - width) : j + width + 1]
             for seed in seeds
             if seed not in cells[x]
         ]
@@ -170,3 +304,121 @@ class Planner:
     @staticmethod
     def _seeded(cells: dict[float, dict[int, Outcome]]) -> bool:
         return any(len(v) > 1 for v in cells.values())
+
+    # ---------------------------------------------------------------- phase 4
+    def _arms(self) -> list[tuple[str, str]]:
+        return [(variant, preset) for variant in self.s.variants for preset in self.s.presets]
+
+    def _extra_seeds(self, depth: int, cells: dict[float, dict[int, Outcome]]) -> list[int]:
+        """The seeds phase 4 has given this depth (beyond its first ones)."""
+        top = max((seed for outcomes in cells.values() for seed in outcomes), default=-1)
+        return list(range(self.default_seeds(depth), top + 1))
+
+    def _fill(self, results: Mapping[Point, Outcome]) -> list[Point]:
+        """Phase 4's seeds at the current best LR and its neighbours of every depth that has
+        them (the best may move as seeds arrive); tried LRs only, seeds past the first ones only."""
+        out: list[Point] = []
+        for variant, preset in self._arms():
+            for depth in self.s.depths:
+                owner = self.owner(preset, depth)
+                if owner != preset:
+                    continue
+                cells = self._cells(preset, depth, results, variant)
+                extra = self._extra_seeds(depth, cells)
+                best = self.best(preset, depth, results, variant)
+                if not extra or best is None:
+                    continue
+                if any(o == PENDING for c in cells.values() for o in c.values()):
+                    continue
+                todo = self._seed_neighbours(owner, variant, depth, cells, best, extra, self.s.fit_window)
+                out += [p for p in todo if p not in out]
+        return out
+
+    def _sequential(self, results: Mapping[Point, Outcome]) -> tuple[list[Point], Stop]:
+        from eval.goals import check_goals
+
+        s = self.s
+        analysis = self.analysis(results)
+        checks = check_goals(analysis, s.goals)
+        as_dicts = tuple(c.as_dict() for c in checks)
+        spent = len(results)
+        unmet = [c for c in checks if not c.met]
+        if not unmet:
+            return [], Stop("goals_met", spent, s.budget_runs, as_dicts)
+        if spent >= s.budget_runs:
+            return [], Stop("budget_spent", spent, s.budget_runs, as_dicts)
+        fill = self._fill(results)  # the best moved since the last batch: seed its fit window first
+        if fill:
+            return fill[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
+        for check in sorted(unmet, key=lambda c: -c.ratio):  # the widest interval over its goal first
+            target = self._where(analysis, check)
+            if target is None:
+                continue
+            variant, preset, depth = target
+            cells = self._cells(preset, depth, results, variant)
+            best = self.best(preset, depth, results, variant)
+            if best is None:
+                continue
+            top = max(seed for c in cells.values() for seed in c) + 1
+            n = max(top, self.default_seeds(depth))
+            seeds = list(range(n, n + s.seed_step))
+            batch = self._seed_neighbours(self.owner(preset, depth), variant, depth, cells, best, seeds, s.fit_window)
+            means = self.means(preset, depth, results, variant)
+            batch += [
+                Point(self.owner(preset, depth), depth, x, seed, variant)
+                for x in self._contenders(cells, means, best)
+                for seed in seeds
+                if seed not in cells[x] and Point(self.owner(preset, depth), depth, x, seed, variant) not in batch
+            ]
+            if batch:
+                return batch[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
+        return [], Stop("unreachable", spent, s.budget_runs, as_dicts)
+
+    @staticmethod
+    def _contenders(cells: dict[float, dict[int, Outcome]], means: dict[float, float], best: float) -> list[float]:
+        """Tried LRs whose mean is within two standard errors (pooled seed noise) of the best
+        one: in the bootstrap any of them can become the best point and carry the optimum's
+        interval with it, so their seeds shrink it as much as the fit window's do."""
+        finished = [[end_loss(o) for o in c.values() if end_loss(o) is not None] for c in cells.values()]
+        resid = [v - np.mean(f) for f in finished if len(f) > 1 for v in f]
+        df = sum(len(f) - 1 for f in finished if len(f) > 1)
+        if not df:
+            return []
+        sigma = math.sqrt(float(np.sum(np.square(resid))) / df)
+        out = []
+        for x, mean in means.items():
+            n = sum(1 for o in cells[x].values() if end_loss(o) is not None)
+            if x != best and mean - 2.0 * sigma / math.sqrt(n) < means[best]:
+                out.append(x)
+        return out
+
+    def _where(self, analysis, check) -> Optional[tuple[str, str, int]]:
+        """(variant, preset, depth) whose seeds shrink ``check``'s interval most per unit of
+        run cost, or None (no interval to shrink: no optimum, or one seed everywhere)."""
+        result = next(r for r in analysis.results if r.family.label == check.family and r.fraction == check.fraction)
+        variant = self._variant_of(result.family)
+        preset = result.family.preset
+        found = [d for d in result.depths if d.optimum.found and d.opt_ci is not None]
+        if check.goal == "deepest_opt_ci_width":
+            deepest = [d for d in found if d.depth == check.depth]
+            return (variant, preset, check.depth) if deepest else None
+        if len(found) < 2:
+            return None
+        x = np.log2([d.depth for d in found])
+        c = (x - x.mean()) / float(np.sum((x - x.mean()) ** 2))
+        step = self.s.seed_step
+        gains = []
+        for cj, d in zip(c, found):
+            var = ((d.opt_ci[1] - d.opt_ci[0]) / (2 * 1.959964)) ** 2  # the optimum's variance, from its CI
+            n = int(d.curve.n_seeds.max() + d.curve.n_diverged.max())
+            cost = d.depth + self.s.run_overhead_layers
+            gains.append(cj * cj * var * step / (n + step) / cost)
+        j = int(np.argmax(gains))
+        return variant, preset, found[j].depth
+
+    def _variant_of(self, family) -> str:
+        keys = family.key_dict()
+        for name, values in self.variant_values.items():
+            if all(keys.get(k) == str(v) or keys.get(k) == repr(v) for k, v in values.items()):
+                return name
+        return next(iter(self.s.variants))

@@ -65,6 +65,21 @@ class Study:
     micro_batch: int = 0
     runs_per_gpu: int = 1
     checkpoint_interval: int = 0
+    # optional: precision goals (eval/goals.py: slope_ci_halfwidth, deepest_opt_ci_width), each
+    # checked for every preset and analysed fraction. With goals, the planner's sequential phase
+    # adds seeds until every goal is met or ``budget_runs`` is spent (study/planner.py).
+    goals: dict[str, float] = field(default_factory=dict)
+    # optional with goals (then required): the most runs the study may train, every phase and
+    # the shared base (once) counted. A run count, not minutes, so the plan does not depend on
+    # the machine's speed.
+    budget_runs: int = 0
+    # optional: seeds the sequential phase adds per batch at the chosen depth's best LR and neighbours
+    seed_step: int = 2
+    # optional: bootstrap samples of the intervals (the planner's and the report's: the same call)
+    bootstrap: int = 1000
+    # optional: a run at depth L costs about L + this many layers' worth of time (start-up, data,
+    # embedding); the sequential phase weighs where to add seeds by it (docs/study_design.md)
+    run_overhead_layers: float = 2.0
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -73,7 +88,17 @@ class Study:
 
 
 _TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
-OPTIONAL = ("variants", "diagnostics_interval", "base_seeds", "seed_model")
+OPTIONAL = (
+    "variants",
+    "diagnostics_interval",
+    "base_seeds",
+    "seed_model",
+    "goals",
+    "budget_runs",
+    "seed_step",
+    "bootstrap",
+    "run_overhead_layers",
+)
 GPU_OPTIONAL = ("device", "precision", "corpus", "micro_batch", "runs_per_gpu", "checkpoint_interval")
 DEVICES = ("cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -115,6 +140,10 @@ def load_study(name_or_path: str, **overrides: Any) -> Study:
         if f.name == "variants":
             if "variants" in raw:
                 values["variants"] = _variants(path, raw["variants"])
+            continue
+        if f.name == "goals":
+            if "goals" in raw:
+                values["goals"] = _goals(path, raw["goals"])
             continue
         if f.name in raw:
             values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
@@ -158,6 +187,23 @@ def _variants(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _goals(path: Path, raw: Any) -> dict[str, float]:
+    from eval.goals import GOALS
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise LaunchError(f"{path}: goals: expected a mapping goal -> target, got {raw!r}")
+    out = {}
+    for name, target in raw.items():
+        if name not in GOALS:
+            raise LaunchError(f"{path}: goals.{name}: unknown goal; the goals are {sorted(GOALS)}")
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not target > 0:
+            raise LaunchError(f"{path}: goals.{name}: expected a positive number, got {target!r}")
+        out[name] = float(target)
+    return out
+
+
 def _bad(path: Path, key: str, value: Any) -> Any:
     raise LaunchError(f"{path}: {key}: bad value {value!r}")
 
@@ -186,6 +232,14 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: seed_model: must be one of {list(SEED_MODELS)}, got {s.seed_model!r}")
     if s.base_seeds < 0:
         raise LaunchError(f"{path}: base_seeds: must be >= 0 (0: as many as seeds), got {s.base_seeds}")
+    if s.goals and s.budget_runs < 1:
+        raise LaunchError(f"{path}: budget_runs: a study with goals needs a run budget >= 1, got {s.budget_runs}")
+    if s.budget_runs < 0:
+        raise LaunchError(f"{path}: budget_runs: must be >= 0, got {s.budget_runs}")
+    if s.seed_step < 1 or s.bootstrap < 1:
+        raise LaunchError(f"{path}: seed_step and bootstrap must be >= 1, got {s.seed_step} and {s.bootstrap}")
+    if s.run_overhead_layers < 0:
+        raise LaunchError(f"{path}: run_overhead_layers: must be >= 0, got {s.run_overhead_layers}")
     if s.diagnostics_interval < 0:
         raise LaunchError(f"{path}: diagnostics_interval: must be >= 0, got {s.diagnostics_interval}")
     if s.max_widen < 0 or s.step_log2 <= 0:

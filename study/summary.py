@@ -1,23 +1,75 @@
-"""The study's headline: best loss per depth and arm, its rise with depth, the LR optima, and
-``eval transfer``'s headline rows; as ``demo_summary.json`` and ``demo_summary.md``."""
+"""The study's headline: what was spent and why the study stopped, each goal against its target,
+best loss per depth and arm, its rise with depth, the LR optima, and ``eval transfer``'s
+headline rows; as ``demo_summary.json`` and ``demo_summary.md``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from study.corpus import DEFAULT_CORPUS, attribution
+from study.planner import DIVERGED, Outcome, Point, Stop
 from study.spec import Study
 from study.sweep import AdaptiveSweep
+
+STOP_TEXT = {
+    "goals_met": "every goal met",
+    "budget_spent": "STOPPED ON BUDGET: the run budget is spent and not every goal is met",
+    "unreachable": "stopped: the goals not met cannot be narrowed by more seeds (no interval, or no optimum)",
+    "no_goals": "no goals in the study file: the fixed design (scan, refine, seeds) only",
+    "running": "not finished",
+}
 
 
 def arm_label(preset: str, variant: str) -> str:
     return f"{preset} ({variant})" if variant else preset
 
 
-def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study) -> dict[str, Any]:
-    """Best end-of-training loss per depth per arm, its rise with depth, and the LR optima."""
-    out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "presets": {}}
+def spent(results: dict[Point, Outcome], sweep: AdaptiveSweep, s: Study) -> dict[str, Any]:
+    """Runs trained (each run once: a base-depth run shared by every preset counts once, as
+    ``launch status`` counts it), how many the sequential phase added, and their time."""
+    base = s.depths[0]
+    sequential = [p for p in results if p.seed >= sweep.planner.default_seeds(p.depth)]
+    return {
+        "runs": len(results),
+        "runs_at_shared_base": sum(1 for p in results if p.depth == base),
+        "runs_sequential": len(sequential),
+        "runs_diverged": sum(1 for o in results.values() if o == DIVERGED),
+        "budget_runs": s.budget_runs,
+        "run_core_minutes": sweep.run_seconds() / 60,
+    }
+
+
+def stop_lines(stop: Stop, used: dict[str, Any], s: Study) -> list[str]:
+    """What the summary and the report say above the goals: why the study stopped and what it spent."""
+    base = (
+        f"{used['runs']} runs trained ({used['runs_at_shared_base']} at the base depth L={s.depths[0]}, "
+        f"one model for every preset, each counted once; {used['runs_sequential']} added by the sequential phase; "
+        f"{used['runs_diverged']} diverged), {used['run_core_minutes']:.1f} core-minutes of runs"
+    )
+    if s.goals:
+        base += f"; budget {s.budget_runs} runs"
+        if used["runs"] > s.budget_runs:
+            base += " (the scan, refine and seed phases alone used more: the budget caps only the sequential phase)"
+    return [f"**{STOP_TEXT[stop.reason]}.** " + base + "."]
+
+
+def study_status(sweep: AdaptiveSweep, s: Study) -> tuple[dict[Point, Outcome], Stop, dict[str, Any], list[str]]:
+    """The finished results, why the study stopped, what it spent, and the lines that say so."""
     results = sweep.results()  # one read of every run's summary
+    stop = sweep.planner.stop(results)
+    used = spent(results, sweep, s)
+    return results, stop, used, stop_lines(stop, used, s)
+
+
+def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: Any = None) -> dict[str, Any]:
+    """Best end-of-training loss per depth per arm, its rise with depth, the LR optima, the
+    goals and what was spent (``status``: :func:`study_status`, computed here if not given)."""
+    out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "corpus": s.corpus, "presets": {}}
+    results, stop, used, _ = status or study_status(sweep, s)
+    out["stop"] = {"reason": stop.reason, "text": STOP_TEXT[stop.reason]}
+    out["spent"] = used
+    out["goals"] = report.get("goals", [])
+    out["stop_lines"] = stop_lines(stop, used, s)
     deepest = s.depths[-1]
     for variant in s.variants:
         for preset in s.presets:
@@ -42,13 +94,30 @@ def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study) -> dict[str
 
 
 def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
+    from eval.goals import goal_table
     from eval.report import headline_table
 
     depths = s.depths
+    corpus = h.get("corpus", DEFAULT_CORPUS)
     lines = [
-        f"Depth transfer at CPU scale ({s.name}: width {s.hidden_size}, {s.heads} heads, sequence "
+        f"Depth transfer at {'GPU' if s.device == 'cuda' else 'CPU'} scale ({s.name} on {corpus}: width {s.hidden_size}, {s.heads} heads, sequence "
         f"{s.seq_length}, batch {s.batch}, {s.steps} AdamW steps, warmup + cosine, BPE {s.vocab_size}; "
-        f"{minutes:.1f} min wall).",
+        f"{minutes:.1f} min wall in this invocation).",
+        "",
+        *h.get("stop_lines", []),
+    ]
+    if h.get("goals"):
+        g_header, g_rows = goal_table(h["goals"])
+        met = sum(1 for g in h["goals"] if g["met"])
+        lines += [
+            "",
+            f"Goals ({met} of {len(h['goals'])} met; achieved = the 95% CIs of the transfer table below):",
+            "",
+            "| " + " | ".join(g_header) + " |",
+            "|---" * len(g_header) + "|",
+            *("| " + " | ".join(r) + " |" for r in g_rows),
+        ]
+    lines += [
         "",
         "| preset | " + " | ".join(f"L={d}" for d in depths) + " | best loss L=" + f"{depths[-1]} - L={depths[0]} |",
         "|---" * (len(depths) + 2) + "|",
@@ -64,7 +133,8 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
         lines.append(f"| {preset} | " + " | ".join(cells) + (f" | {rise:+.3f} |" if rise is not None else " | - |"))
     lines += [
         "",
-        "Cells: best end-of-training validation loss (nats) and the grid LR that gave it. "
+        "Cells: best end-of-training validation loss (nats; seeds that diverged where others finished counted as "
+        "`eval transfer` counts them) and the grid LR that gave it. "
         f"At L={depths[0]} (= L0) every preset is the same model, trained once.",
     ]
     for variant in s.variants:
@@ -82,5 +152,5 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             "|---" * len(header) + "|",
             *("| " + " | ".join(r) + " |" for r in rows),
         ]
-    lines.append(f"Corpus: {attribution(DEFAULT_CORPUS)}.")
+    lines.append(f"Corpus: {attribution(corpus)}.")
     return "\n".join(lines) + "\n"

@@ -11,15 +11,26 @@ from typing import Any, Optional
 from launch.errors import LaunchError
 from rundir.files import RunSummary, read_summary
 from study.log import log as _log
-from study.planner import PENDING, Outcome, Planner, Point, key
+from study.planner import DIVERGED, PENDING, Finished, Outcome, Planner, Point, key
 from study.spec import Study
 
 
-def _end_loss(summary: Optional[RunSummary]) -> Optional[float]:
+def _outcome(summary: Optional[RunSummary]) -> Outcome:
+    """A final run's outcome for the planner: its losses at every eval point (``Finished``),
+    ``DIVERGED``, or None (failed, or no finite final loss: as ``eval transfer`` reads it)."""
+    if summary is not None and summary.status == "diverged":
+        return DIVERGED
     if summary is None or summary.status != "completed":
         return None
     value = summary.final_val_loss
-    return value if value is not None and math.isfinite(value) else None
+    if value is None or not math.isfinite(value):
+        return DIVERGED if value is not None else None  # a nan/inf loss counts as diverged in eval transfer
+    # non-finite evals stay (as nan): eval transfer counts them as diverged at that fraction
+    evals = {round(e.fraction, 6): float(e.val_loss) for e in summary.evals if e.val_loss is not None}
+    final = max(evals, default=None)
+    if final is None or evals[final] != value:
+        return Finished(((1.0, value),))
+    return Finished(tuple(sorted(evals.items())))
 
 
 class AdaptiveSweep:
@@ -38,9 +49,9 @@ class AdaptiveSweep:
         self.spec_path = spec_path
         self.spec = load_spec(spec_path)
         self.s = s
-        self.planner = Planner(s)
         self.workers = workers
         self.variant_values = variant_values(spec_path.parent / self.spec.base_config, s)
+        self.planner = Planner(s, self.variant_values)
         self.plan = None
         self.points: dict[Point, str] = {}  # point -> run id
         if (sweep_dir / "sweep.yaml").is_file():
@@ -82,7 +93,7 @@ class AdaptiveSweep:
         return run_state(run_dir(self.sweep_dir, run_id), self.plan.executor.max_retries)
 
     def results(self) -> dict[Point, Outcome]:
-        """Every planned point's outcome: end loss, None (failed/diverged) or PENDING."""
+        """Every planned point's outcome: its losses, DIVERGED, None (failed) or PENDING."""
         from launch.sweep_dir import run_dir
 
         out: dict[Point, Outcome] = {}
@@ -90,8 +101,19 @@ class AdaptiveSweep:
             if self._state(rid).needs_work:
                 out[point] = PENDING
             else:
-                out[point] = _end_loss(read_summary(run_dir(self.sweep_dir, rid)))
+                out[point] = _outcome(read_summary(run_dir(self.sweep_dir, rid)))
         return out
+
+    def run_seconds(self) -> float:
+        """Summed ``wall_time_s`` of every run that has a summary (core time: one thread per run)."""
+        from launch.sweep_dir import run_dir
+
+        total = 0.0
+        for rid in self.points.values():
+            summary = read_summary(run_dir(self.sweep_dir, rid))
+            if summary is not None and summary.wall_time_s is not None and math.isfinite(summary.wall_time_s):
+                total += summary.wall_time_s
+        return total
 
     def _add(self, points: list[Point]) -> list:
         from launch.sweep_dir import write_plan

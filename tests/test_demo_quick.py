@@ -81,6 +81,14 @@ def test_quick_demo_end_to_end_and_rerun_is_a_no_op(tmp_path):
     report = out / "report"
     transfer = json.loads((report / "transfer.json").read_text())
     assert transfer, "transfer.json is empty"
+    # the report counts runs as the console does (issue 29): a shared base-depth run once
+    assert f"sweep demo_quick: {len(runs)} runs" in first.stderr
+    assert transfer["counts"]["runs"] == len(runs) and transfer["counts"]["shared_base_rows"] > 0
+    assert f"— {len(runs)} runs (0 pending" in (report / "report.md").read_text()
+    assert (
+        summary["spent"]["runs"] == len(runs) and f"{len(runs)} runs trained" in (out / "demo_summary.md").read_text()
+    )
+    assert summary["stop"]["reason"] == "no_goals" and summary["corpus"] == "kjv"
     for name in ("report.md", "report.html", "transfer.csv"):
         assert (report / name).stat().st_size > 0, name
     assert list(report.glob("*.png")), "eval transfer wrote no figure"
@@ -120,6 +128,32 @@ def test_summary_row_without_a_deepest_loss_keeps_its_cells():
     assert "| sp | 5.000 (2^-8) | - | - |" in md
 
 
+def test_corpus_flag_and_a_second_corpus_in_the_same_out_dir_is_refused(tmp_path):
+    """--corpus overrides the study file's corpus key (a row of data_prep.registry_corpora);
+    out/corpus.name records it, and a rerun into the same directory with another corpus is
+    refused before anything is built."""
+    import argparse
+
+    from study.cli import add_arguments
+    from study.corpus import CorpusError
+    from study.data import prepare_data
+    from study.spec import load_study
+    from study.summary import render_markdown
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).corpus is None and parser.parse_args(["--corpus", "sotu"]).corpus == "sotu"
+    assert load_study("quick").corpus == "kjv" and load_study("quick", corpus="sotu").corpus == "sotu"
+    assert load_study("quick", corpus=None).corpus == "kjv"  # no flag: the study file's key
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--corpus", "nope"])
+    (tmp_path / "corpus.name").write_text("sotu\n")
+    with pytest.raises(CorpusError, match="holds a study on corpus 'sotu'"):
+        prepare_data(tmp_path, load_study("quick"), 1)
+    md = render_markdown({"presets": {}, "corpus": "sotu"}, load_study("quick"), 1.0)
+    assert "on sotu:" in md and "State of the Union addresses" in md
+
+
 def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     from launch.errors import LaunchError
     from study.spec import load_study, study_path
@@ -127,6 +161,8 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     default = load_study("default")
     assert default.name == "demo" and default.depths == (2, 4, 8, 16, 32) and default.presets == ("sp", "depth_mup")
     assert (default.seeds, default.refine_log2, default.fit_window) == (3, 0.5, 2)
+    assert default.goals == {"slope_ci_halfwidth": 0.15, "deepest_opt_ci_width": 1.0} and default.budget_runs == 300
+    assert load_study("quick").goals == {}  # the smoke test keeps the fixed design
     assert load_study("quick", depths=(2, 8)).depths == (2, 8)
     text = study_path("quick").read_text()
     cases = {
@@ -138,6 +174,9 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "variants: []": "variants: expected a mapping name ->",
         "base_seeds: -1": "base_seeds: must be >= 0",
         "seed_model: mixed": "seed_model: must be one of ['additive', 'independent']",
+        "goals: {speed: 1}": "goals.speed: unknown goal",
+        "goals: {slope_ci_halfwidth: 0.1}": "budget_runs: a study with goals needs a run budget >= 1",
+        "budget_runs: -3": "budget_runs: must be >= 0",
     }
     for line, message in cases.items():
         key = line.split(":")[0]

@@ -554,7 +554,8 @@ def test_cli_writes_every_output(tmp_path, capsys):
     stdout = capsys.readouterr().out
     assert "sp" in stdout and "slope" in stdout
     data = json.loads((out / "transfer.json").read_text())
-    assert data["fractions"] == [0.5, 1.0] and data["counts"] == {"runs": len(rows) // 2, "pending_runs": 1}
+    assert data["fractions"] == [0.5, 1.0]
+    assert data["counts"] == {"runs": len(rows) // 2, "pending_runs": 1, "shared_base_rows": 0}
     sp_end = next(r for r in data["results"] if r["preset"] == "sp" and r["fraction"] == 1.0)
     assert sp_end["slope"]["value"] == pytest.approx(-0.5, abs=0.03)
     assert sp_end["slope"]["ci_contains_zero"] is False

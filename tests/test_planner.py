@@ -15,7 +15,7 @@ import pytest
 
 from eval.results import read_results
 from eval.transfer import analyze
-from study.planner import PENDING, Planner, Point
+from study.planner import DIVERGED, PENDING, Planner, Point
 from study.spec import load_study
 from tests.test_eval_transfer import write_sweep
 
@@ -30,6 +30,9 @@ def planted_opt(preset: str, depth: int) -> float:
 
 
 def study(**changes):
+    """The default study's planner on the planted grid; the fixed design (no goals) unless
+    ``goals`` (and ``budget_runs``) are given."""
+    settings = {"goals": {}, "budget_runs": 0, **changes}
     return replace(
         load_study("default"),
         depths=DEPTHS,
@@ -37,18 +40,28 @@ def study(**changes):
         window=3,
         seeds=3,
         refine_log2=0.5,
-        **changes,
+        **settings,
     )
 
 
-def simulate(s, rng: np.random.Generator, seed_offset: float = 0.0) -> dict[Point, float]:
+def simulate(
+    s,
+    rng: np.random.Generator,
+    seed_offset: float = 0.0,
+    noise=None,
+    diverge=None,
+    rounds: int = 400,
+    planner: Planner | None = None,
+) -> dict[Point, float]:
     """Run the planner to the end, answering each point from the planted curve plus noise:
     ``seed_offset`` is the std of an offset each seed adds at every LR of one (preset, depth)
-    curve (a worse initialization is worse at all LRs), NOISE the std of the rest."""
-    planner = Planner(s)
+    curve (a worse initialization is worse at all LRs), ``noise(depth)`` the std of the rest
+    (default NOISE everywhere); ``diverge(preset, depth, log2_lr)`` is the probability that a
+    run diverges (answered DIVERGED)."""
+    planner = planner or Planner(s)
     results: dict[Point, float] = {}
     offsets: dict[tuple, float] = {}
-    for _ in range(100):
+    for _ in range(rounds):
         points = planner.next_points(results)
         if not points:
             return results
@@ -57,15 +70,19 @@ def simulate(s, rng: np.random.Generator, seed_offset: float = 0.0) -> dict[Poin
             if seed_offset and (p.preset, p.depth, p.seed) not in offsets:  # no draw when 0: the old noise stream
                 offsets[(p.preset, p.depth, p.seed)] = seed_offset * rng.standard_normal()
             offset = offsets.get((p.preset, p.depth, p.seed), 0.0)
+            sigma = NOISE if noise is None else noise(p.depth)
             results[p] = (
-                c + offset + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2 + NOISE * rng.standard_normal()
+                c + offset + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2 + sigma * rng.standard_normal()
             )
-    raise AssertionError("planner did not finish in 100 rounds")
+            if diverge is not None and rng.random() < diverge(p.preset, p.depth, p.log2_lr):
+                results[p] = DIVERGED
+    raise AssertionError(f"planner did not finish in {rounds} rounds")
 
 
 def rows_of(results: dict[Point, float], presets) -> list[dict]:
     rows = []
     for p, loss in results.items():
+        diverged = loss == DIVERGED
         for preset in presets if p.depth == DEPTHS[0] else [p.preset]:  # the shared base stands for both
             rows.append(
                 {
@@ -77,10 +94,10 @@ def rows_of(results: dict[Point, float], presets) -> list[dict]:
                     "parametrization.block_multiplier": 1.0,
                     "parametrization.base_num_layers": DEPTHS[0],
                     "model.hidden_size": 128,
-                    "status": "completed",
-                    "step": 200,
+                    "status": "diverged" if diverged else "completed",
+                    "step": "" if diverged else 200,
                     "fraction": 1.0,
-                    "val_loss": loss,
+                    "val_loss": "" if diverged else loss,
                 }
             )
     return rows
@@ -200,3 +217,81 @@ def test_variants_walk_their_own_chains_with_their_own_shared_base():
             for depth in DEPTHS:
                 best = planner.best(preset, depth, results, variant)
                 assert abs(best - (planted_opt(preset, depth) + shift[variant])) <= 0.5 + 1e-9, (variant, preset, depth)
+
+
+# ----------------------------------------------------------------- the sequential phase
+
+GOALS = {"slope_ci_halfwidth": 0.15, "deepest_opt_ci_width": 1.0}
+
+
+def noisy_base(depth: int) -> float:
+    """Seed noise as on the real curves: the base depth several times noisier than the deep end."""
+    return 0.15 if depth == DEPTHS[0] else 0.03
+
+
+def _rounds(s, rng, noise) -> list[tuple[dict[Point, float], list[Point]]]:
+    """(results before the round, points the planner added) for every round to the end."""
+    planner = Planner(s)
+    results: dict[Point, float] = {}
+    rounds = []
+    for _ in range(400):
+        points = planner.next_points(results)
+        rounds.append((dict(results), points))
+        if not points:
+            return rounds
+        for p in points:
+            loss = 3.0 + 1.0 / math.sqrt(p.depth) + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2
+            results[p] = loss + noise(p.depth) * rng.standard_normal()
+    raise AssertionError("planner did not finish")
+
+
+def test_sequential_phase_stops_when_the_goals_are_met_and_not_before():
+    """The fixed phases leave the slope interval over its goal (noisy base depth); the
+    sequential phase adds seeds while a goal is unmet, and stops as soon as all are met."""
+    from eval.goals import check_goals
+
+    s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
+    planner = Planner(s)
+    rounds = _rounds(s, np.random.default_rng(0), noisy_base)
+    sequential = [
+        (before, pts) for before, pts in rounds if pts and all(p.seed >= planner.default_seeds(p.depth) for p in pts)
+    ]
+    assert sequential, "the planted noise should need the sequential phase"
+    for before, _points in sequential:  # every batch was added while some goal was unmet
+        checks = check_goals(planner.analysis(before), GOALS)
+        assert not all(c.met for c in checks)
+    final = rounds[-1][0]
+    stop = planner.stop(final)
+    assert stop.reason == "goals_met" and all(c["met"] for c in stop.checks), stop
+    assert planner.next_points(final) == [] and Planner(s).next_points(final) == []  # a rerun adds nothing
+    assert len(final) < s.budget_runs
+    # the seeds went where the slope is widest: the noisy, cheap base depth
+    added = [p for _, pts in sequential for p in pts]
+    assert sum(p.depth == DEPTHS[0] for p in added) > len(added) / 2, [p.depth for p in added]
+
+
+def test_sequential_phase_stops_at_the_budget():
+    """Goals out of reach: the study spends exactly its run budget (the last batch cut to
+    fit), says so, and a rerun adds nothing."""
+    s = study(base_seeds=10, goals={"slope_ci_halfwidth": 0.01, "deepest_opt_ci_width": 0.05}, bootstrap=200)
+    fixed = len(_rounds(replace(s, goals={}, budget_runs=0), np.random.default_rng(1), noisy_base)[-1][0])
+    s = replace(s, budget_runs=fixed + 23)  # not a multiple of a batch
+    final = _rounds(s, np.random.default_rng(1), noisy_base)[-1][0]
+    planner = Planner(s)
+    assert len(final) == s.budget_runs
+    assert planner.stop(final).reason == "budget_spent"
+    assert planner.next_points(final) == []
+
+
+def test_sequential_seeds_never_move_a_window():
+    """Phase 4 adds seeds only at LRs already tried, past each depth's first seeds: the scan,
+    refine and seed phases see exactly what they saw before it started."""
+    s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
+    planner = Planner(s)
+    rounds = _rounds(s, np.random.default_rng(0), noisy_base)
+    final = rounds[-1][0]
+    first = next(before for before, pts in rounds if pts and all(p.seed >= planner.default_seeds(p.depth) for p in pts))
+    tried = {(p.preset, p.depth, p.log2_lr) for p in first}
+    extra = [p for p in final if p not in first]
+    assert extra and all((p.preset, p.depth, p.log2_lr) in tried for p in extra)
+    assert all(p.seed >= planner.default_seeds(p.depth) for p in extra)

@@ -1,0 +1,98 @@
+"""Precision goals of a transfer study, checked against ``eval transfer``'s own intervals.
+
+A study file states how narrow its answers must be (``goals:``); the planner spends seeds
+until every goal is met or its budget is spent, and the summary and report say, per goal,
+the target, what was achieved and whether it is met. All three read the goals through
+:func:`check_goals` on the same :class:`eval.transfer.TransferAnalysis`, so the number that
+stopped the study is the number the report prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from eval.transfer import TransferAnalysis, fraction_label
+
+# goal key -> what it measures (one check per family and analysed fraction)
+GOALS: dict[str, str] = {
+    "slope_ci_halfwidth": "half-width of the 95% CI of the slope of optimal log2 LR vs log2 depth (octaves per doubling)",
+    "deepest_opt_ci_width": "width of the 95% CI of the optimal log2 LR at the deepest depth (octaves)",
+}
+
+
+@dataclass(frozen=True)
+class GoalCheck:
+    """One goal for one family at one fraction. ``achieved`` is None where there is no
+    interval (no slope, one seed, bootstrap off): then the goal is not met."""
+
+    goal: str
+    family: str
+    fraction: float
+    target: float
+    achieved: float | None
+    depth: int | None = None  # deepest_opt_ci_width: the depth it is about
+
+    @property
+    def met(self) -> bool:
+        return self.achieved is not None and self.achieved <= self.target + 1e-12
+
+    @property
+    def ratio(self) -> float:
+        """achieved / target (inf without an interval): how far over its goal."""
+        return math.inf if self.achieved is None else self.achieved / self.target
+
+    def as_dict(self) -> dict:
+        return {
+            "goal": self.goal,
+            "family": self.family,
+            "fraction": self.fraction,
+            "fraction_label": fraction_label(self.fraction),
+            "target": self.target,
+            "achieved": self.achieved,
+            "met": self.met,
+            "depth": self.depth,
+        }
+
+
+def check_goals(analysis: TransferAnalysis, goals: Mapping[str, float]) -> list[GoalCheck]:
+    """Every goal for every family and analysed fraction, in the analysis' order."""
+    unknown = sorted(set(goals) - set(GOALS))
+    if unknown:
+        raise ValueError(f"unknown goal(s) {unknown}; known: {sorted(GOALS)}")
+    out: list[GoalCheck] = []
+    for r in analysis.results:
+        for goal, target in goals.items():
+            if goal == "slope_ci_halfwidth":
+                s = r.slope
+                achieved = (s.ci_high - s.ci_low) / 2 if s.ci_available else None
+                out.append(GoalCheck(goal, r.family.label, r.fraction, float(target), achieved))
+            elif goal == "deepest_opt_ci_width":
+                found = [d for d in r.depths if d.optimum.found]
+                deepest = max(r.depths, key=lambda d: d.depth) if r.depths else None
+                ci = deepest.opt_ci if deepest is not None and deepest in found else None
+                achieved = (ci[1] - ci[0]) if ci else None
+                out.append(
+                    GoalCheck(
+                        goal, r.family.label, r.fraction, float(target), achieved, deepest.depth if deepest else None
+                    )
+                )
+    return out
+
+
+def goal_table(checks: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the per-goal table (report.md and the demo summary)."""
+    header = ["goal", "family", "fraction", "target", "achieved", "met"]
+    rows = [
+        [
+            c["goal"] + (f" (L={c['depth']})" if c.get("depth") is not None else ""),
+            c["family"],
+            c["fraction_label"],
+            f"{c['target']:.3g}",
+            "no interval" if c["achieved"] is None else f"{c['achieved']:.3f}",
+            "yes" if c["met"] else "NO",
+        ]
+        for c in checks
+    ]
+    return header, rows

@@ -1,0 +1,116 @@
+"""The sequential study end to end through :class:`study.sweep.AdaptiveSweep`, with a stand-in
+trainer: each submitted run's ``summary.json`` is written from a planted loss curve (mid and
+end evals, seed noise, divergence above the basin), as the trainer would write it.
+
+sbatch and squeue are stubs (tests/test_demo_slurm.py), so the test checks what the study
+asks for round by round: the fixed phases, then seeds until the goals are met, the counts the
+summary reports, and that rerunning the command adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from study.spec import load_study
+from study.sweep import AdaptiveSweep
+from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, stub_bin
+
+SLOPE = {"sp": 0.5, "depth_mup": 0.0}
+
+
+def _planted(point, noise: float) -> dict:
+    """summary.json of a run at ``point``: planted basin + seed noise (a fixed draw per run)."""
+    x_opt = -7.0 - SLOPE[point.preset] * math.log2(point.depth / 2)
+    rng = np.random.default_rng(zlib.crc32(repr(point).encode()))
+    if point.log2_lr - x_opt > 2.5 or (point.log2_lr - x_opt > 1.5 and rng.random() < 0.5):
+        return {"status": "diverged", "reason": "loss is nan at step 3", "steps": 3}
+    sigma = noise * (3.0 if point.depth == 2 else 1.0)  # the base depth the noisiest, as measured
+    end = 4.0 + 1.0 / math.sqrt(point.depth) + 0.1 * (point.log2_lr - x_opt) ** 2 + sigma * rng.standard_normal()
+    mid = end + 0.4 + sigma * rng.standard_normal()
+    evals = [{"step": 15, "fraction": 0.5, "val_loss": mid}, {"step": 30, "fraction": 1.0, "val_loss": end}]
+    return {"status": "completed", "final_val_loss": end, "evals": evals, "steps": 30, "wall_time_s": 2.0}
+
+
+def _drive(tmp_path: Path, monkeypatch, s, noise: float) -> tuple[AdaptiveSweep, int]:
+    bin_dir = stub_bin(tmp_path, {"sbatch": "echo 4242", "squeue": "true"})  # a job id; nothing queued
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    spec = tmp_path / "demo_sweep.yaml"
+    executor = {"kind": "slurm", "max_parallel": 4, "max_retries": 1, "gpus_per_run": 0}
+    spec.write_text(yaml.safe_dump({"name": "seq", "base_config": str(TINY_BASE), "executor": executor}))
+    sweep_dir = tmp_path / "sweep"
+    rounds = 0
+    while True:
+        sweep = AdaptiveSweep(sweep_dir, spec, s, workers=4)  # a fresh process each round, as a rerun
+        if sweep.run_slurm(wait=False, poll_s=0):
+            return sweep, rounds
+        for point, rid in sweep.points.items():
+            rd = sweep_dir / "runs" / rid
+            if not (rd / "summary.json").exists():
+                rd.mkdir(parents=True, exist_ok=True)
+                (rd / "summary.json").write_text(json.dumps(_planted(point, noise)))
+        rounds += 1
+        assert rounds < 200, "the study did not finish"
+
+
+def _study(**changes):
+    base = replace(load_study("quick"), depths=(2, 4, 8), base_lrs_log2=(-9.0, -8.0, -7.0, -6.0, -5.0))
+    return replace(base, step_log2=1.0, refine_log2=0.5, window=3, max_widen=1, seeds=3, base_seeds=6,
+                   fit_window=2, bootstrap=200, **changes)  # fmt: skip
+
+
+@pytest.mark.slow  # ~90-150 runs expanded through the sweep machinery (about a second each)
+def test_sequential_study_meets_its_goals_then_stops_and_reruns_add_nothing(tmp_path, monkeypatch):
+    from study.summary import render_markdown, study_status
+
+    s = _study(goals={"slope_ci_halfwidth": 0.2, "deepest_opt_ci_width": 1.0}, budget_runs=400)
+    sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
+    results, stop, used, lines = study_status(sweep, s)
+    assert stop.reason == "goals_met", (stop, used)
+    assert all(c["met"] for c in stop.checks) and len(stop.checks) == 8  # 2 goals x 2 presets x mid, end
+    assert used["runs_sequential"] > 0, "the planted noise should need the sequential phase"
+    assert used["runs"] == len(sweep.points) == len(results) < s.budget_runs
+    assert used["runs_diverged"] > 0 and used["runs_at_shared_base"] == sum(p.depth == 2 for p in results)
+    assert sweep.planner.next_points(results) == []
+    md = render_markdown({"presets": {}, "stop_lines": lines, "goals": list(stop.checks), "corpus": "sotu"}, s, 1.0)
+    assert md.splitlines()[2].startswith("**every goal met.**") and "8 of 8 met" in md
+    assert "State of the Union" in md  # the corpus's attribution
+
+
+@pytest.mark.slow
+def test_sequential_study_stops_at_its_budget_and_says_so(tmp_path, monkeypatch):
+    from study.summary import render_markdown, study_status
+
+    s = _study(goals={"slope_ci_halfwidth": 0.01}, budget_runs=90)
+    sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
+    results, stop, used, lines = study_status(sweep, s)
+    assert stop.reason == "budget_spent" and len(results) == 90 == used["runs"]
+    md = render_markdown({"presets": {}, "stop_lines": lines, "goals": list(stop.checks)}, s, 1.0)
+    assert md.splitlines()[2].startswith("**STOPPED ON BUDGET")
+    assert "| NO |" in md
+
+
+def test_a_run_summary_becomes_the_planners_outcome():
+    """Finished runs give every eval (a nan eval kept: eval transfer counts it as diverged at
+    that fraction), diverged runs DIVERGED, failed ones None, as results.csv and eval read them."""
+    from rundir.files import EvalRecord, RunSummary
+    from study.planner import DIVERGED, Finished, end_loss
+    from study.sweep import _outcome
+
+    evals = (EvalRecord(15, 0.5, math.nan), EvalRecord(30, 1.0, 4.5))
+    done = RunSummary(status="completed", final_val_loss=4.5, evals=evals)
+    outcome = _outcome(done)
+    assert isinstance(outcome, Finished) and outcome.evals[1] == (1.0, 4.5) and math.isnan(outcome.evals[0][1])
+    assert end_loss(outcome) == 4.5
+    assert _outcome(RunSummary(status="diverged")) == DIVERGED
+    assert _outcome(RunSummary(status="failed")) is None and _outcome(None) is None
+    assert _outcome(RunSummary(status="completed", final_val_loss=math.inf)) == DIVERGED
