@@ -114,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--use-evals-before-divergence",
         action="store_true",
-        help="use evals a diverged run reached before diverging (default: diverged runs are excluded from all fits)",
+        help="use evals a diverged run reached before diverging (default: a diverged seed counts at its curve's "
+        "worst finished loss where other seeds of its LR finished, and an LR where every seed diverged is unusable)",
     )
     parser.add_argument(
         "--goals",
