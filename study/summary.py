@@ -152,5 +152,10 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             "|---" * len(header) + "|",
             *("| " + " | ".join(r) + " |" for r in rows),
         ]
+        if any(r[5] == "—" for r in rows):
+            lines.append(
+                "Regret —: not measured there; the report's warnings say why (usually the base depth's optimal LR lies "
+                "outside the LRs tried at that depth; `eval transfer --target-depth` extrapolates it)."
+            )
     lines.append(f"Corpus: {attribution(corpus)}.")
     return "\n".join(lines) + "\n"

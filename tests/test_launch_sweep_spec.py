@@ -166,12 +166,12 @@ def test_trainer_command_precedence(monkeypatch):
 
 def test_linked_grid_entry_fixed_gamma_shapes():
     """configs/sweeps/yaida_fixed_gamma.yaml: one axis of (width, depth) rows at fixed
-    gamma = L / n^(1-s) (s=1/2: 64x2, 256x4, 1024x8) crossed with 3 LRs, not 3x3x3 shapes."""
+    gamma = L / n^(1-s) (s=1/2: 64x2, 256x4, 1024x8) crossed with 4 LRs, not 3x3x4 shapes."""
     spec_path = TINY_SPEC.parent / "yaida_fixed_gamma.yaml"
     plan = expand(spec_path, load_spec(spec_path))
     shapes = sorted({(r.point["model.hidden_size"], r.point["model.num_layers"]) for r in plan.runs})
     assert shapes == [(64, 2), (256, 4), (1024, 8)]
-    assert len(plan.runs) == 9
+    assert len(plan.runs) == 12
     assert plan.grid["model.num_layers"] == [2, 4, 8]
     gammas = {r.point["model.num_layers"] / r.point["model.hidden_size"] ** 0.5 for r in plan.runs}
     assert max(gammas) == pytest.approx(min(gammas))

@@ -184,8 +184,9 @@ def check_layout(name: str, one_process: Path, tmp_path: Path) -> None:
     assert evals(killed) == evals(whole)
     assert (killed / "diagnostics.jsonl").read_text() == (whole / "diagnostics.jsonl").read_text()
 
-    # HF export of the result; the joined checkpoint reproduces the run's final held-out loss
-    record = export(whole, tmp_path / "hf")
+    # HF export of the result (weights only: mock data has no tokenizer); the joined checkpoint
+    # reproduces the run's final held-out loss
+    record = export(whole, tmp_path / "hf", weights_only=True)  # mock data: no tokenizer to carry
     assert record["passed"] and record["parity"]["max_rel_logit_diff"] <= LOGIT_RTOL
     assert joined_checkpoint_loss(whole) == pytest.approx(evals(whole)[-1], rel=1e-6)
 
