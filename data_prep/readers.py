@@ -439,6 +439,24 @@ def _valid_utf8(text: str, cfg: InputConfig, log: ReadLog, where: str, line: int
 # ----------------------------------------------------------------------------- parquet
 
 
+def _column_texts(values: list, first_row: int, cfg: InputConfig, log: ReadLog) -> list[str]:
+    """The texts of one batch of a parquet or Arrow column (file rows from ``first_row``): a
+    missing text is a skipped ``row N``, an over-long one ``too_long``."""
+    texts = []
+    for row, text in enumerate(values, start=first_row):
+        if text is None:
+            log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
+            continue
+        if len(text) > cfg.max_record_bytes:
+            log.dropped["too_long"] += 1
+            continue
+        text = _valid_utf8(text, cfg, log, f"row {row}")  # a no-op for Arrow strings (UTF-8 checked by Arrow)
+        if text is not None:
+            texts.append(text)
+    log.records += len(texts)
+    return texts
+
+
 def _read_parquet(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int] | None) -> Iterator[list[str]]:
     try:
         parquet = pq.ParquetFile(path)
@@ -465,19 +483,7 @@ def _read_parquet(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, in
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
             log.skip(where, f"unreadable row group: {exc}")
             continue
-        texts = []
-        for row, text in enumerate(values, start=first_row - rows):
-            if text is None:
-                log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
-                continue
-            if len(text) > cfg.max_record_bytes:
-                log.dropped["too_long"] += 1
-                continue
-            text = _valid_utf8(text, cfg, log, f"row {row}")
-            if text is not None:
-                texts.append(text)
-        log.records += len(texts)
-        yield texts
+        yield _column_texts(values, first_row - rows, cfg, log)
 
 
 # ----------------------------------------------------------------------------- Arrow
@@ -512,17 +518,7 @@ def _read_arrow(path: str, cfg: InputConfig, log: ReadLog, span: tuple[int, int]
     column = table.column(cfg.text_key)
     for start in range(first, last, _BATCH_DOCS):
         values = column.slice(start, min(_BATCH_DOCS, last - start)).to_pylist()
-        texts = []
-        for row, text in enumerate(values, start=start):
-            if text is None:
-                log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
-                continue
-            if len(text) > cfg.max_record_bytes:
-                log.dropped["too_long"] += 1
-                continue
-            texts.append(text)
-        log.records += len(texts)
-        yield texts
+        yield _column_texts(values, start, cfg, log)
 
 
 # ----------------------------------------------------------------------------- WARC / WET

@@ -29,6 +29,20 @@ def megatron():
         yield info
 
 
+ROPE_VOCAB = 256
+# A 2-layer RoPE GPT without linear biases: the shape the RoPE, plain-GPT and throughput-switch
+# tests compare the toolkit's model on.
+ROPE_SHAPE = (
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.num_attention_heads=4",
+    "model.seq_length=32",
+    f"model.vocab_size={ROPE_VOCAB}",
+    "model.position_embedding_type=rope",
+    "model.add_bias_linear=false",
+)
+
+
 def tiny_config(*overrides: str, path: Path = TINY):
     from runconfig import load_config
     from runconfig.schema import RunConfig

@@ -9,18 +9,10 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.conftest import tiny_config
+from tests.conftest import ROPE_SHAPE, ROPE_VOCAB, tiny_config
 
-VOCAB = 256
-SHAPE = (
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.num_attention_heads=4",
-    "model.seq_length=32",
-    f"model.vocab_size={VOCAB}",
-    "model.position_embedding_type=rope",
-    "model.add_bias_linear=false",
-)
+VOCAB = ROPE_VOCAB
+SHAPE = ROPE_SHAPE
 
 
 def run(cfg, seed=0):

@@ -10,18 +10,10 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO, env, tiny_config
+from tests.conftest import REPO, ROPE_SHAPE, ROPE_VOCAB, env, tiny_config
 
-VOCAB = 256
-SHAPE = (
-    "model.num_layers=2",
-    "model.hidden_size=64",
-    "model.num_attention_heads=4",
-    "model.seq_length=32",
-    f"model.vocab_size={VOCAB}",
-    "model.position_embedding_type=rope",
-    "model.add_bias_linear=false",
-)
+VOCAB = ROPE_VOCAB
+SHAPE = ROPE_SHAPE
 # Hand count for SHAPE: word embedding and untied output layer 2 * 256 * 64 = 32768; per layer two
 # LayerNorms 4 * 64 = 256, QKV 3 * 64^2 = 12288, projection 64^2 = 4096, fc1 and fc2 2 * 4 * 64^2 = 32768
 # (49408 per layer, 98816 for 2); final LayerNorm 2 * 64 = 128: 32768 + 98816 + 128 = 131712.
