@@ -37,6 +37,7 @@ from tests.launch_fixtures.helpers import (
     read_csv,
     starts,
     stub_bin,
+    use_fake_trainer,
 )
 
 GRID = {"model.num_layers": [2, 4], "optimizer.lr": [0.001]}
@@ -44,10 +45,7 @@ GRID = {"model.num_layers": [2, 4], "optimizer.lr": [0.001]}
 
 @pytest.fixture(autouse=True)
 def fake_trainer(monkeypatch):
-    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
-    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.01")
-    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES"):
-        monkeypatch.delenv(var, raising=False)
+    use_fake_trainer(monkeypatch)
 
 
 @pytest.fixture

@@ -23,7 +23,16 @@ from launch import attempts, gpu_share
 from launch.__main__ import main
 from launch.resources import cpu_count, make_slots
 from launch.sweep_dir import read_plan
-from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, REPO, derived_spec, dumping, env_with, events, stub_bin
+from tests.launch_fixtures.helpers import (
+    FAKE_TRAIN_CMD,
+    REPO,
+    derived_spec,
+    dumping,
+    env_with,
+    events,
+    stub_bin,
+    use_fake_trainer,
+)
 
 UUIDS = {"5": "GPU-5f0e0000-aaaa", "7": "GPU-7f0e0000-bbbb"}
 
@@ -60,10 +69,7 @@ esac
 
 @pytest.fixture(autouse=True)
 def fake_trainer(monkeypatch):
-    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
-    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.05")
-    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES", "FAKE_OOM_MATCH", "FAKE_OOM_TIMES", "CUDA_MPS_PIPE_DIRECTORY"):
-        monkeypatch.delenv(var, raising=False)
+    use_fake_trainer(monkeypatch, 0.05, unset=("FAKE_OOM_MATCH", "FAKE_OOM_TIMES", "CUDA_MPS_PIPE_DIRECTORY"))
 
 
 def _gpus(tmp_path: Path, monkeypatch, free: dict[str, int], total: int = 81559, mps: bool = False) -> Path:

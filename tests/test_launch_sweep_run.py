@@ -26,7 +26,6 @@ from launch.sweep_dir import read_plan, write_plan
 from launch.sweep_spec import expand, load_spec
 from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
 from tests.launch_fixtures.helpers import (
-    FAKE_TRAIN_CMD,
     REPO,
     derived_spec,
     dumping,
@@ -36,6 +35,7 @@ from tests.launch_fixtures.helpers import (
     read_csv,
     starts,
     stub_bin,
+    use_fake_trainer,
 )
 
 TINY_GRID = {
@@ -48,10 +48,7 @@ TINY_GRID = {
 
 @pytest.fixture(autouse=True)
 def fake_trainer(monkeypatch):
-    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
-    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.01")
-    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES"):
-        monkeypatch.delenv(var, raising=False)
+    use_fake_trainer(monkeypatch)
 
 
 def _spec(tmp_path: Path, steps: int = 12, grid: dict | None = None, **changes) -> Path:

@@ -30,6 +30,14 @@ needs_train_gpt = pytest.mark.skipif(
 )
 
 
+def use_fake_trainer(monkeypatch, step_seconds: float = 0.01, unset: tuple[str, ...] = ()) -> None:
+    """Runs train with fake_train.py (a made-up loss curve), every failure switch off."""
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    monkeypatch.setenv("FAKE_STEP_SECONDS", str(step_seconds))
+    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES", *unset):
+        monkeypatch.delenv(var, raising=False)
+
+
 def derived_spec(tmp_path: Path, name: str = "spec.yaml", **changes: Any) -> Path:
     """configs/sweeps/tiny_cpu.yaml (base config made absolute) with top-level keys replaced by ``changes``."""
     spec = yaml.safe_load(TINY_SPEC.read_text())
