@@ -52,12 +52,12 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     same directory with another corpus is refused (CorpusError) instead of mixing them.
     """
     marker = out / "corpus.name"
-    if marker.is_file() and marker.read_text().strip() != s.corpus:
+    recorded = marker.read_text().strip() if marker.is_file() else None
+    if recorded is not None and recorded != s.corpus:
         raise CorpusError(
-            f"{out} holds a study on corpus {marker.read_text().strip()!r} ({marker}); "
-            f"corpus {s.corpus!r} needs another --out"
+            f"{out} holds a study on corpus {recorded!r} ({marker}); corpus {s.corpus!r} needs another --out"
         )
-    if not marker.is_file() and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
+    if recorded is None and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
         raise CorpusError(f"{out / 'data'} was built before corpora were recorded (from {DEFAULT_CORPUS!r}); "
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")

@@ -15,6 +15,7 @@ import yaml
 
 from eval.seed_model import SEED_MODELS
 from launch.errors import LaunchError
+from study.corpus import DEFAULT_CORPUS
 
 STUDIES_DIR = Path(__file__).resolve().parents[1] / "configs" / "studies"
 
@@ -61,7 +62,7 @@ class Study:
     # >= steps: no periodic checkpoint, only the one a preempted run writes)
     device: str = "cpu"
     precision: str = "auto"
-    corpus: str = "kjv"
+    corpus: str = DEFAULT_CORPUS
     micro_batch: int = 0
     runs_per_gpu: int = 1
     checkpoint_interval: int = 0
