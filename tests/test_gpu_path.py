@@ -97,6 +97,22 @@ def test_gpu_diagnostics_rows_follow_the_cpu_contract(tmp_path):
     assert all(r["update_rms"] > 0 for r in gpu_rows if "param" in r)  # every parameter moved
 
 
+def run_check(script: str, variants: dict[str, list[str]]) -> dict:
+    """Run ``script`` (a check comparing config variants in one fresh process) and return the
+    JSON it prints on its ``RESULT`` line."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, env
+
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(variants)],
+        cwd=REPO, env=env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
 KERNELS_CHECK = r"""
 import json, sys, torch
 from runconfig import load_config
@@ -129,22 +145,12 @@ def test_gpu_kernel_choices_compute_the_same_step():
     """Every ``model.attention_backend`` and the fused cross-entropy give the loss and gradient
     norm of PyTorch's reference (math) attention with megatron's unfused cross-entropy, to
     bf16 accuracy, on identical weights (a kernel with a wrong layout or scale would not)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO, env
-
     variants = {
         "reference": ["model.attention_backend=math", "model.cross_entropy_fusion=false"],
         **{b: [f"model.attention_backend={b}"] for b in ("auto", "flash", "cudnn", "efficient")},
         "unfused_ce": ["model.cross_entropy_fusion=false"],
     }
-    out = subprocess.run(
-        [sys.executable, "-c", KERNELS_CHECK, json.dumps(variants)],
-        cwd=REPO, env=env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    got = run_check(KERNELS_CHECK, variants)
     ref = got.pop("reference")
     assert 5.5 < ref[0] < 7.0  # ln(512) = 6.24 at initialization
     for name, values in got.items():
@@ -188,11 +194,6 @@ def test_gpu_throughput_switches_compute_the_same_steps():
     replayed in the last ones) with each throughput switch give the default path's losses, to
     bf16 accuracy: megatron's RoPE, full and selective activation recompute, compiled layers,
     CUDA graphs."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO, env
-
     variants = {
         "reference": [],
         "rope_megatron": ["model.rope_impl=megatron"],
@@ -201,12 +202,7 @@ def test_gpu_throughput_switches_compute_the_same_steps():
         "compile": ["model.compile=true"],
         "cuda_graphs": ["model.cuda_graphs=true"],
     }
-    out = subprocess.run(
-        [sys.executable, "-c", SWITCHES_CHECK, json.dumps(variants)],
-        cwd=REPO, env=env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    got = run_check(SWITCHES_CHECK, variants)
     failed = {name: v for name, v in got.items() if isinstance(v, str)}
     assert not failed, "\n".join(f"{k}:\n{v}" for k, v in failed.items())
     ref = got.pop("reference")
