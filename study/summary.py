@@ -65,11 +65,11 @@ def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: Any
     """Best end-of-training loss per depth per arm, its rise with depth, the LR optima, the
     goals and what was spent (``status``: :func:`study_status`, computed here if not given)."""
     out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "corpus": s.corpus, "presets": {}}
-    results, stop, used, _ = status or study_status(sweep, s)
+    results, stop, used, lines = status or study_status(sweep, s)
     out["stop"] = {"reason": stop.reason, "text": STOP_TEXT[stop.reason]}
     out["spent"] = used
     out["goals"] = report.get("goals", [])
-    out["stop_lines"] = stop_lines(stop, used, s)
+    out["stop_lines"] = lines
     deepest = s.depths[-1]
     for variant in s.variants:
         for preset in s.presets:
@@ -93,6 +93,11 @@ def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: Any
     return out
 
 
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+
+
 def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
     from eval.goals import goal_table
     from eval.report import headline_table
@@ -113,9 +118,7 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             "",
             f"Goals ({met} of {len(h['goals'])} met; achieved = the 95% CIs of the transfer table below):",
             "",
-            "| " + " | ".join(g_header) + " |",
-            "|---" * len(g_header) + "|",
-            *("| " + " | ".join(r) + " |" for r in g_rows),
+            *_table(g_header, g_rows),
         ]
     lines += [
         "",
@@ -148,11 +151,9 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             "",
             "Transfer (`eval transfer`: quadratic optima, 95% seed-bootstrap CIs; no CI where a cell has one seed):",
             "",
-            "| " + " | ".join(header) + " |",
-            "|---" * len(header) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows),
+            *_table(header, rows),
         ]
-        if any(r[5] == "—" for r in rows):
+        if any(row["regret_at_deepest"] is None for row in h["transfer_headline"]):
             lines.append(
                 "Regret —: not measured there; the report's warnings say why (usually the base depth's optimal LR lies "
                 "outside the LRs tried at that depth; `eval transfer --target-depth` extrapolates it)."
