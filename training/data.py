@@ -262,11 +262,12 @@ def check_data(cfg: RunConfig) -> TokenizerInfo:
     return tokenizer
 
 
-def build_datasets(cfg: RunConfig, cache_dir: Optional[str], check: bool = True) -> Datasets:
-    """Build train and valid datasets (rank 0 first, so the index cache is written once);
-    ``check=False`` when :func:`check_data` already ran."""
-    tokenizer = tokenizer_info(cfg)
-    config = dataset_config(cfg, tokenizer, cache_dir, check)
+def build_datasets(cfg: RunConfig, cache_dir: Optional[str], checked: Optional[TokenizerInfo] = None) -> Datasets:
+    """Build train and valid datasets (rank 0 first, so the index cache is written once).
+    ``checked``: what :func:`check_data` returned, when it already ran (neither the tokenizer
+    nor the data is read again)."""
+    tokenizer = checked or tokenizer_info(cfg)
+    config = dataset_config(cfg, tokenizer, cache_dir, check=checked is None)
     g = cfg.training.global_batch_size
     sizes = [cfg.training.steps * g, cfg.eval.batches * g, 0]
     cls = MockGPTDataset if cfg.data.mock else GPTDataset

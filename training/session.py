@@ -167,9 +167,10 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
 
     try:
         cfg.check_data_source()
-        vocab_size = check_data(cfg).vocab_size  # broken data exits 2 here, before a process group or model exists
+        tokenizer = check_data(cfg)  # broken data exits 2 here, before a process group or model exists
     except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
+    vocab_size = tokenizer.vocab_size
     if cfg.model.vocab_size is not None and cfg.model.vocab_size != vocab_size and not cfg.data.mock:
         raise SetupError(
             f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({vocab_size}); "
@@ -187,7 +188,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     seed_everything(cfg.run.seed, device, cudagraphable_rng=cfg.model.cuda_graphs)
 
     try:
-        data = build_datasets(cfg, cfg.index_cache_dir(), check=False)
+        data = build_datasets(cfg, cfg.index_cache_dir(), checked=tokenizer)
         plan = data_parallel_plan(cfg)
     except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
