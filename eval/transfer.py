@@ -74,6 +74,23 @@ class DepthResult:
         return int(np.sum(~self.curve.usable & (self.curve.n_diverged > 0)))
 
     @property
+    def open_ends(self) -> tuple[str, ...]:
+        """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: at least
+        (100 - CI)/2 % of the bootstrap's optima sit on the last usable LR of that side and no
+        LR past it was tried, so the curve is not bracketed there and the interval understates
+        the uncertainty on that side. An end next to tried LRs that diverged is a bound, not open."""
+        if self.opt_draws is None or not self.curve.usable.any():
+            return ()
+        tried = self.curve.log2_lr
+        usable = tried[self.curve.usable]
+        tail = (100 - CI_LEVEL) / 200
+        return tuple(
+            side
+            for side, end, outer in (("low", usable.min(), tried.min()), ("high", usable.max(), tried.max()))
+            if end == outer and np.mean(np.abs(self.opt_draws - end) < 1e-9) >= tail
+        )
+
+    @property
     def seed_counts(self) -> tuple[int, int]:
         """Fewest and most usable seeds over the usable LRs (0, 0 when none)."""
         n = self.curve.n_seeds[self.curve.usable]
@@ -587,6 +604,16 @@ def _bootstrap(
         draws_of.append((means, optima))
     for j, d in enumerate(found):
         d.opt_ci = _percentile_ci(opt_boot[:, j])
+        for side in d.open_ends:
+            end = float(d.opt_ci[1] if side == "high" else d.opt_ci[0])
+            notes.append(
+                Note(
+                    f"{where_ff} | L={d.depth}",
+                    f"the optimum's CI ends on the {side}est LR tried (log2 lr {end:g}) and nothing past it was "
+                    f"tried: the interval is cut there and understates the uncertainty on that side "
+                    f"(try the next LR {'up' if side == 'high' else 'down'})",
+                )
+            )
     _bootstrap_regrets(found, draws_of, where_ff, notes)
     if len(found) >= 2:
         x = np.log2([d.depth for d in found])

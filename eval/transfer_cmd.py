@@ -299,6 +299,8 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
 
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
+    from eval.goals import achieved_text
+
     for r in analysis.results:
         s = r.slope
         slope = f"{s.slope:+.3f}" if s.available else "n/a"
@@ -325,8 +327,7 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             + (" (extrapolated)" if p.extrapolated else "")
         )
     for g in analysis.goals:
-        achieved = "no interval" if g["achieved"] is None else f"{g['achieved']:.3f}"
-        print(f"goal {g['goal']} {g['family']} {g['fraction_label']}: target {g['target']:g}, achieved {achieved}, "
+        print(f"goal {g['goal']} {g['family']} {g['fraction_label']}: target {g['target']:g}, achieved {achieved_text(g)}, "
               f"{'met' if g['met'] else 'NOT met'}")  # fmt: skip
     if analysis.notes:
         print(f"{len(analysis.notes)} warning(s):")

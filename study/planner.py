@@ -27,11 +27,19 @@ finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py
    every goal is met, no unmet goal can be narrowed by seeds, or the study's ``budget_runs``
    (every run of the study, the shared base once) is spent; the last batch is cut to fit.
    While goals are unmet, a depth whose best LR moved since its last batch first gets its
-   added seeds at the new best's fit window.
+   added seeds at the new best's fit window. **Edge rule:** where an optimum's interval is
+   cut by the LRs tried (:attr:`eval.transfer.DepthResult.open_ends`: the bootstrap put the
+   optimum on the last LR tried in at least 2.5% of draws), the curve is not bracketed there
+   and seeds cannot move that end (a goal is not met while it is open, :mod:`eval.goals`), so
+   the batch also tries the LR one step past it, with every seed the end point has beyond
+   the first ones and the batch's new seeds (only that LR, when the interval is within its
+   goal and only open). This walk goes on while the end stays open;
+   it stops at an LR where every seed diverged (a real bound, not an open end) or at the
+   budget. A slope goal takes such a depth first.
 
 Phases 1-3 see only each depth's first ``seeds`` (``base_seeds``) seeds, so the seeds that
-phase 4 adds never move a window or re-plan a scan; phase 4 only adds seeds at LRs already
-tried. Because the plan is a function of what exists and what has finished (the analysis is
+phase 4 adds never move a window or re-plan a scan; phase 4 adds seeds at LRs already
+tried, and past the usable end only by the edge rule. Because the plan is a function of what exists and what has finished (the analysis is
 deterministic), a study resumes after any interruption and reruns add nothing (see
 ``study.sweep``, which executes the points).
 """
@@ -351,24 +359,33 @@ class Planner:
         if fill:
             return fill[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
         for check in sorted(unmet, key=lambda c: -c.ratio):  # the widest interval over its goal first
-            target = self._where(analysis, check)
+            target = self._where(analysis, check, results)
             if target is None:
                 continue
-            variant, preset, depth = target
+            variant, preset, depth, edge = target
             cells = self._cells(preset, depth, results, variant)
             best = self.best(preset, depth, results, variant)
             if best is None:
                 continue
+            owner = self.owner(preset, depth)
             top = max(seed for c in cells.values() for seed in c) + 1
             n = max(top, self.default_seeds(depth))
             seeds = list(range(n, n + s.seed_step))
-            batch = self._seed_neighbours(self.owner(preset, depth), variant, depth, cells, best, seeds, s.fit_window)
+            batch = []
+            if edge is not None:  # the edge rule: one LR past the open end, seeded as that end is
+                beyond, at = edge
+                have = {seed for seed in cells[at] if seed >= self.default_seeds(depth)}
+                if check.within_target:  # only open: the new LR is all this check needs
+                    batch = [Point(owner, depth, beyond, seed, variant) for seed in sorted(have or seeds)]
+                    return batch[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
+                batch = [Point(owner, depth, beyond, seed, variant) for seed in sorted(have | set(seeds))]
+            batch += self._seed_neighbours(owner, variant, depth, cells, best, seeds, s.fit_window)
             means = self.means(preset, depth, results, variant)
             batch += [
-                Point(self.owner(preset, depth), depth, x, seed, variant)
+                Point(owner, depth, x, seed, variant)
                 for x in self._contenders(cells, means, best)
                 for seed in seeds
-                if seed not in cells[x] and Point(self.owner(preset, depth), depth, x, seed, variant) not in batch
+                if seed not in cells[x] and Point(owner, depth, x, seed, variant) not in batch
             ]
             if batch:
                 return batch[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
@@ -392,16 +409,27 @@ class Planner:
                 out.append(x)
         return out
 
-    def _where(self, analysis, check) -> Optional[tuple[str, str, int]]:
-        """(variant, preset, depth) whose seeds shrink ``check``'s interval most per unit of
-        run cost, or None (no interval to shrink: no optimum, or one seed everywhere)."""
+    def _where(self, analysis, check, results: Mapping[Point, Outcome]):
+        """(variant, preset, depth, edge) whose seeds shrink ``check``'s interval most per unit
+        of run cost, or None (no interval to shrink: no optimum, or one seed everywhere).
+        ``edge``: (untried LR, usable end LR) when the edge rule applies at that depth, else None;
+        for a slope goal a depth where it applies comes first."""
         result = next(r for r in analysis.results if r.family.label == check.family and r.fraction == check.fraction)
         variant = self._variant_of(result.family)
         preset = result.family.preset
         found = [d for d in result.depths if d.optimum.found and d.opt_ci is not None]
+
+        def edge(d):
+            return self._beyond_edge(d, self._cells(preset, d.depth, results, variant))
+
         if check.goal == "deepest_opt_ci_width":
             deepest = [d for d in found if d.depth == check.depth]
-            return (variant, preset, check.depth) if deepest else None
+            if not deepest:
+                return None
+            beyond = edge(deepest[0])
+            if check.within_target and beyond is None:  # only open, and no LR left to add: seeds cannot help
+                return None
+            return variant, preset, check.depth, beyond
         if len(found) < 2:
             return None
         x = np.log2([d.depth for d in found])
@@ -413,8 +441,24 @@ class Planner:
             n = int(d.curve.n_seeds.max() + d.curve.n_diverged.max())
             cost = d.depth + self.s.run_overhead_layers
             gains.append(cj * cj * var * step / (n + step) / cost)
-        j = int(np.argmax(gains))
-        return variant, preset, found[j].depth
+        edges = [edge(d) for d in found]
+        candidates = [j for j, e in enumerate(edges) if e is not None]
+        if not candidates and check.within_target:  # only open, and no LR left to add: seeds cannot help
+            return None
+        candidates = candidates or list(range(len(found)))
+        j = max(candidates, key=lambda i: gains[i])
+        return variant, preset, found[j].depth, edges[j]
+
+    def _beyond_edge(self, d, cells: dict[float, dict[int, Outcome]]) -> Optional[tuple[float, float]]:
+        """(the LR one step past an open end of ``d``'s CI, that end), the upper end first, or
+        None (:attr:`eval.transfer.DepthResult.open_ends` says which ends are open)."""
+        usable = d.curve.log2_lr[d.curve.usable]
+        for side in sorted(d.open_ends, reverse=True):  # "low" < "high": high first
+            end = key(float(usable.max() if side == "high" else usable.min()))
+            beyond = key(end + (self.s.step_log2 if side == "high" else -self.s.step_log2))
+            if beyond not in cells and end in cells:
+                return beyond, end
+        return None
 
     def _variant_of(self, family) -> str:
         keys = family.key_dict()

@@ -610,3 +610,31 @@ def test_headline_gives_slope_regret_and_gap_with_cis(planted):
     header, cells = headline_table(list(rows.values()))
     assert all(len(c) == len(header) for c in cells)
     assert analysis_dict(planted, [])["headline"] == headline_rows(planted)
+
+
+# ----------------------------------------------------------------- intervals cut by the LRs tried
+
+
+def test_an_optimum_ci_cut_by_the_last_lr_tried_is_open_and_fails_its_goal(tmp_path):
+    """Planted optimum 2^-9.2, tried LRs end at 2^-9.0: the bootstrap puts the optimum on the
+    last LR tried, so the interval is cut there (open high), the report says so, and a width
+    goal it meets by width is still not met. The same curve with 2^-8.5 tried and diverged
+    for every seed ends at a real bound: not open."""
+    from eval.goals import achieved_text, check_goals
+
+    grid = tuple(x for x in GRID if x <= -9.0)
+    rows = make_rows(slopes={"depth_mup": 0.0}, grid=grid, fractions=(1.0,), noise=0.02, diverge_gap=None)
+    analysis = run_analysis(tmp_path / "cut", rows, window=2)
+    _, d = depth_result(analysis, "depth_mup", 1.0, 16)
+    assert d.open_ends == ("high",) and d.opt_ci[1] == -9.0
+    assert "ends on the highest LR tried (log2 lr -9) and nothing past it was tried" in notes_text(analysis)
+    check = next(c for c in check_goals(analysis, {"deepest_opt_ci_width": 5.0}))
+    assert check.within_target and not check.met and check.open == ("L=16 high",)
+    assert achieved_text(check.as_dict()).endswith("(CI cut by the LRs tried: L=16 high)")
+
+    grid = tuple(x for x in GRID if x <= -8.5)
+    rows = make_rows(slopes={"depth_mup": 0.0}, grid=grid, fractions=(1.0,), noise=0.02, diverge_gap=0.6)
+    analysis = run_analysis(tmp_path / "bound", rows, window=2)
+    _, d = depth_result(analysis, "depth_mup", 1.0, 16)
+    assert d.n_lr_diverged == 1 and d.opt_ci[1] == -9.0 and d.open_ends == ()
+    assert check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0].met

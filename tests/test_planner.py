@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from eval.goals import check_goals
 from eval.results import read_results
 from eval.transfer import analyze
 from study.planner import DIVERGED, PENDING, Planner, Point
@@ -32,16 +33,17 @@ def planted_opt(preset: str, depth: int) -> float:
 def study(**changes):
     """The default study's planner on the planted grid; the fixed design (no goals) unless
     ``goals`` (and ``budget_runs``) are given."""
-    settings = {"goals": {}, "budget_runs": 0, **changes}
-    return replace(
-        load_study("default"),
-        depths=DEPTHS,
-        base_lrs_log2=(-10.0, -9.0, -8.0, -7.0, -6.0),
-        window=3,
-        seeds=3,
-        refine_log2=0.5,
-        **settings,
-    )
+    settings = {
+        "depths": DEPTHS,
+        "base_lrs_log2": (-10.0, -9.0, -8.0, -7.0, -6.0),
+        "window": 3,
+        "seeds": 3,
+        "refine_log2": 0.5,
+        "goals": {},
+        "budget_runs": 0,
+        **changes,
+    }
+    return replace(load_study("default"), **settings)
 
 
 def simulate(
@@ -229,8 +231,9 @@ def noisy_base(depth: int) -> float:
     return 0.15 if depth == DEPTHS[0] else 0.03
 
 
-def _rounds(s, rng, noise) -> list[tuple[dict[Point, float], list[Point]]]:
-    """(results before the round, points the planner added) for every round to the end."""
+def _rounds(s, rng, noise, opt=planted_opt) -> list[tuple[dict[Point, float], list[Point]]]:
+    """(results before the round, points the planner added) for every round to the end;
+    ``opt(preset, depth)`` is the planted optimal log2 LR."""
     planner = Planner(s)
     results: dict[Point, float] = {}
     rounds = []
@@ -240,7 +243,7 @@ def _rounds(s, rng, noise) -> list[tuple[dict[Point, float], list[Point]]]:
         if not points:
             return rounds
         for p in points:
-            loss = 3.0 + 1.0 / math.sqrt(p.depth) + K * (p.log2_lr - planted_opt(p.preset, p.depth)) ** 2
+            loss = 3.0 + 1.0 / math.sqrt(p.depth) + K * (p.log2_lr - opt(p.preset, p.depth)) ** 2
             results[p] = loss + noise(p.depth) * rng.standard_normal()
     raise AssertionError("planner did not finish")
 
@@ -248,7 +251,6 @@ def _rounds(s, rng, noise) -> list[tuple[dict[Point, float], list[Point]]]:
 def test_sequential_phase_stops_when_the_goals_are_met_and_not_before():
     """The fixed phases leave the slope interval over its goal (noisy base depth); the
     sequential phase adds seeds while a goal is unmet, and stops as soon as all are met."""
-    from eval.goals import check_goals
 
     s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
     planner = Planner(s)
@@ -284,8 +286,9 @@ def test_sequential_phase_stops_at_the_budget():
 
 
 def test_sequential_seeds_never_move_a_window():
-    """Phase 4 adds seeds only at LRs already tried, past each depth's first seeds: the scan,
-    refine and seed phases see exactly what they saw before it started."""
+    """Phase 4 adds seeds past each depth's first seeds, at LRs already tried or (the edge
+    rule) walking out from a depth's scanned range one step at a time: the scan, refine and
+    seed phases see exactly what they saw before it started."""
     s = study(base_seeds=10, goals=GOALS, budget_runs=1000, bootstrap=200)
     planner = Planner(s)
     rounds = _rounds(s, np.random.default_rng(0), noisy_base)
@@ -293,5 +296,58 @@ def test_sequential_seeds_never_move_a_window():
     first = next(before for before, pts in rounds if pts and all(p.seed >= planner.default_seeds(p.depth) for p in pts))
     tried = {(p.preset, p.depth, p.log2_lr) for p in first}
     extra = [p for p in final if p not in first]
-    assert extra and all((p.preset, p.depth, p.log2_lr) in tried for p in extra)
-    assert all(p.seed >= planner.default_seeds(p.depth) for p in extra)
+    assert extra and all(p.seed >= planner.default_seeds(p.depth) for p in extra)
+    assert planner._chains(final) == planner._chains(first)
+    past: dict[tuple, set] = {}
+    for p in extra:
+        if (p.preset, p.depth, p.log2_lr) not in tried:
+            past.setdefault((p.preset, p.depth), set()).add(p.log2_lr)
+    for (preset, depth), lrs in past.items():
+        scanned = [x for q, dq, x in tried if q == preset and dq == depth]
+        up = sorted(x for x in lrs if x > max(scanned))
+        down = sorted((x for x in lrs if x < min(scanned)), reverse=True)
+        assert up == [max(scanned) + s.step_log2 * (k + 1) for k in range(len(up))], (preset, depth, lrs)
+        assert down == [min(scanned) - s.step_log2 * (k + 1) for k in range(len(down))], (preset, depth, lrs)
+        assert len(up) + len(down) == len(lrs), (preset, depth, lrs)
+
+
+def jump_at_deepest(preset: str, depth: int) -> float:
+    """depth_mup's optimum jumps 2.3 octaves at the deepest depth: past what the scan's one
+    widening reaches (window centred near -8, widened once to -6), 0.6 octave beyond it."""
+    return planted_opt(preset, depth) + (2.3 if preset == "depth_mup" and depth == DEPTHS[-1] else 0.0)
+
+
+def test_an_interval_cut_by_the_tried_lrs_walks_past_them_until_bracketed():
+    """The edge rule: the deepest depth's best point is the last LR the scan tried, so the
+    bootstrap interval ends on it, narrow but cut short of the planted optimum (the goal must
+    not count as met). Phase 4 walks one LR at a time past it (seeds beyond the first ones
+    only: no window moves) until the interval is bracketed, and it covers the planted optimum."""
+    s = study(refine_log2=0.0, goals={"deepest_opt_ci_width": 1.0}, budget_runs=1000, bootstrap=200)
+    planner = Planner(s)
+    rounds = _rounds(s, np.random.default_rng(0), lambda depth: NOISE, jump_at_deepest)
+    final = rounds[-1][0]
+    deep, planted = DEPTHS[-1], jump_at_deepest("depth_mup", DEPTHS[-1])
+    at_deep = [p for p in final if p.preset == "depth_mup" and p.depth == deep]
+    first = {p.log2_lr for p in at_deep if p.seed < s.seeds}
+    later = sorted({p.log2_lr for p in at_deep} - first)
+    assert later == [max(first) + s.step_log2 * (k + 1) for k in range(len(later))] and later, (first, later)
+    assert all(p.seed >= s.seeds for p in at_deep if p.log2_lr in later)
+    # before the walk, the interval ended on the last scanned LR, short of the planted optimum: not met
+    before = next(b for b, pts in rounds if any(p.log2_lr == later[0] for p in pts))
+    d = _deepest(planner.analysis(before))
+    assert d.opt_ci[1] == max(first) < planted and d.open_ends == ("high",)
+    check = next(c for c in check_goals(planner.analysis(before), s.goals) if c.family == "depth_mup")
+    assert check.within_target and not check.met and check.open == (f"L={deep} high",)
+    # after it: bracketed by a quadratic fit, and the interval covers the planted optimum
+    d = _deepest(planner.analysis(final))
+    assert d.optimum.method == "quadratic" and d.open_ends == ()
+    assert d.opt_ci[0] <= planted <= d.opt_ci[1] < later[-1], d.opt_ci
+    assert planner.stop(final).reason == "goals_met" and planner.next_points(final) == []
+    # sp's curves are bracketed by the scan: nothing past its tried LRs
+    sp_first = {(p.depth, p.log2_lr) for p in final if p.preset == "sp" and p.seed < planner.default_seeds(p.depth)}
+    assert {(p.depth, p.log2_lr) for p in final if p.preset == "sp"} == sp_first
+
+
+def _deepest(analysis):
+    result = next(r for r in analysis.results if r.family.preset == "depth_mup" and r.fraction == 1.0)
+    return next(d for d in result.depths if d.depth == DEPTHS[-1])
