@@ -154,9 +154,10 @@ class AdaptiveSweep:
 
         while True:
             queued = self._advance()
-            pending = [r for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
-            ids = list(dict.fromkeys(r.run_id for r in [*pending, *queued]))
+            ids = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
             if not ids:
+                if queued:  # their run directories were already final (e.g. sweep.yaml lost): plan on
+                    continue
                 return
 
             def on_done(run) -> list:  # a finished run may unblock any chain (the shared base)
@@ -181,9 +182,11 @@ class AdaptiveSweep:
         from launch.executor_slurm import queued_run_ids, submit_array
 
         while True:
-            self._advance()
+            queued = self._advance()
             pending = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
             if not pending:
+                if queued:  # their run directories were already final: plan on
+                    continue
                 return True
             queued = queued_run_ids(self.sweep_dir)
             if any(rid not in queued for rid in pending):

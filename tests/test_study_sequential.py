@@ -63,9 +63,10 @@ def _drive(tmp_path: Path, monkeypatch, s, noise: float) -> tuple[AdaptiveSweep,
 
 
 def _study(**changes):
-    base = replace(load_study("quick"), depths=(2, 4, 8), base_lrs_log2=(-9.0, -8.0, -7.0, -6.0, -5.0))
-    return replace(base, step_log2=1.0, refine_log2=0.5, window=3, max_widen=1, seeds=3, base_seeds=6,
-                   fit_window=2, bootstrap=200, **changes)  # fmt: skip
+    settings = {"depths": (2, 4, 8), "base_lrs_log2": (-9.0, -8.0, -7.0, -6.0, -5.0), "step_log2": 1.0,
+                "refine_log2": 0.5, "window": 3, "max_widen": 1, "seeds": 3, "base_seeds": 6, "fit_window": 2,
+                "bootstrap": 200, **changes}  # fmt: skip
+    return replace(load_study("quick"), **settings)
 
 
 @pytest.mark.slow  # ~90-150 runs expanded through the sweep machinery (about a second each)
@@ -114,3 +115,27 @@ def test_a_run_summary_becomes_the_planners_outcome():
     assert _outcome(RunSummary(status="diverged")) == DIVERGED
     assert _outcome(RunSummary(status="failed")) is None and _outcome(None) is None
     assert _outcome(RunSummary(status="completed", final_val_loss=math.inf)) == DIVERGED
+
+
+def test_a_study_whose_sweep_yaml_is_lost_replans_from_its_final_run_dirs(tmp_path, monkeypatch):
+    """The plan is a function of the run directories: with sweep.yaml deleted, a rerun (local
+    or SLURM) plans every point again from the finished runs, trains nothing and submits
+    nothing (it used to stop after the first batch, whose runs were all final)."""
+    s = _study(depths=(2, 4), base_seeds=3)
+    sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
+    points = dict(sweep.points)
+    assert len(points) > 10
+    spec, sweep_dir = tmp_path / "demo_sweep.yaml", tmp_path / "sweep"
+    for run in ("run", "run_slurm"):
+        (sweep_dir / "sweep.yaml").unlink()
+        again = AdaptiveSweep(sweep_dir, spec, s, workers=4)
+        if run == "run":
+            monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", "false")  # training anything would fail the run
+            again.run()
+        else:
+            monkeypatch.setenv(
+                "PATH", f"{stub_bin(tmp_path, {'sbatch': 'exit 1', 'squeue': 'true'})}:{os.environ['PATH']}"
+            )
+            assert again.run_slurm(wait=False, poll_s=0)
+        assert again.points == points
+        assert again.results() == sweep.results()
