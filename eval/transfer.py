@@ -75,19 +75,21 @@ class DepthResult:
 
     @property
     def open_ends(self) -> tuple[str, ...]:
-        """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: at least
-        (100 - CI)/2 % of the bootstrap's optima sit on the last usable LR of that side and no
+        """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: it ends on
+        the last usable LR of that side (enough bootstrap optima sit on that grid point) and no
         LR past it was tried, so the curve is not bracketed there and the interval understates
         the uncertainty on that side. An end next to tried LRs that diverged is a bound, not open."""
-        if self.opt_draws is None or not self.curve.usable.any():
+        if self.opt_ci is None or not self.curve.usable.any():
             return ()
         tried = self.curve.log2_lr
         usable = tried[self.curve.usable]
-        tail = (100 - CI_LEVEL) / 200
         return tuple(
             side
-            for side, end, outer in (("low", usable.min(), tried.min()), ("high", usable.max(), tried.max()))
-            if end == outer and np.mean(np.abs(self.opt_draws - end) < 1e-9) >= tail
+            for side, end, outer, ci_end in (
+                ("low", usable.min(), tried.min(), self.opt_ci[0]),
+                ("high", usable.max(), tried.max(), self.opt_ci[1]),
+            )
+            if end == outer and abs(ci_end - end) < 1e-9
         )
 
     @property
