@@ -1,0 +1,52 @@
+"""The README's study headline is what ``eval transfer`` computes from the committed results.
+
+Each study the README reports has its results.csv under docs/studies/<corpus>/; this test
+recomputes the headline table (slope, optimum and regret at L=32, loss gap, with CIs) with
+the README's command settings and checks every row is in the README as printed, so a rerun
+study or a changed analysis cannot leave the README quoting numbers nobody can recompute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.report import headline_rows
+from eval.results import read_results, share_base_depth
+from eval.transfer import analyze
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPORA = ("kjv", "sotu")
+
+
+def _num(value: float, fmt: str) -> str:
+    return format(value, fmt).replace("-", "−")
+
+
+def _ci(value: float, ci: list[float], fmt: str) -> str:
+    return f"{_num(value, fmt)} [{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_the_readme_headline_is_recomputed_from_the_committed_results(corpus):
+    # python -m eval transfer docs/studies/<corpus>/results.csv --fit-window 2 --shared-base sp
+    sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / corpus / "results.csv"), "sp")
+    analysis = analyze(sweep, window=2, n_boot=1000, boot_seed=0)
+    readme = (ROOT / "README.md").read_text().splitlines()
+    rows = headline_rows(analysis)
+    assert {r["family"] for r in rows} == {"sp", "depth_mup"} and all(r["deepest_depth"] == 32 for r in rows)
+    for r in rows:
+        fraction = {0.5: "mid", 1.0: "end"}[r["fraction"]]
+        gap = _ci(r["loss_gap"], r["loss_gap_ci"], "+.3f") if r["loss_gap"] is not None else ""
+        cells = [
+            corpus,
+            r["family"],
+            fraction,
+            _ci(r["slope"], r["slope_ci"], "+.3f"),
+            _ci(r["deepest_opt_log2_lr"], r["deepest_opt_ci"], ".2f"),
+            _ci(r["regret_at_deepest"], r["regret_at_deepest_ci"], ".3f"),
+            gap,
+        ]
+        line = "| " + " | ".join(cells) + " |"
+        assert line.replace("|  |", "| |") in readme, f"README lacks the recomputed row:\n{line}"
