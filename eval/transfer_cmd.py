@@ -122,7 +122,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=_goal,
         metavar="GOAL=TARGET",
-        help="precision goals to check and report (eval/goals.py), e.g. slope_ci_halfwidth=0.15 deepest_opt_ci_width=1",
+        help="precision goals to check and report (eval/goals.py), e.g. slope_ci_halfwidth=0.15 deepest_opt_ci_width=1; "
+        "a goal is not met while an optimum's CI behind it ends on the last LR tried (cut by the grid)",
     )
     parser.add_argument(
         "--target-depth",

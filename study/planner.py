@@ -28,18 +28,19 @@ finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py
    (every run of the study, the shared base once) is spent; the last batch is cut to fit.
    While goals are unmet, a depth whose best LR moved since its last batch first gets its
    added seeds at the new best's fit window. **Edge rule:** where an optimum's interval is
-   cut by the LRs tried (:attr:`eval.transfer.DepthResult.open_ends`: the bootstrap put the
-   optimum on the last LR tried in at least 2.5% of draws), the curve is not bracketed there
-   and seeds cannot move that end (a goal is not met while it is open, :mod:`eval.goals`), so
-   the batch also tries the LR one step past it, with every seed the end point has beyond
-   the first ones and the batch's new seeds (only that LR, when the interval is within its
-   goal and only open). This walk goes on while the end stays open;
-   it stops at an LR where every seed diverged (a real bound, not an open end) or at the
-   budget. A slope goal takes such a depth first.
+   cut by the LRs tried (:attr:`eval.transfer.DepthResult.open_ends`: it ends on the last
+   LR tried, nothing tried past it), the curve is not bracketed there and seeds cannot move
+   that end (a goal is not met while it is open, :mod:`eval.goals`), so the batch also
+   tries the LR one step past it, with every seed the end point has beyond the first ones
+   and the batch's new seeds (only that LR, when the interval is within its goal and only
+   open). The walk goes on while the end stays open; it stops at an LR where every seed
+   diverged (a real bound, not an open end) or at the budget. A slope goal takes such a
+   depth first.
 
 Phases 1-3 see only each depth's first ``seeds`` (``base_seeds``) seeds, so the seeds that
 phase 4 adds never move a window or re-plan a scan; phase 4 adds seeds at LRs already
-tried, and past the usable end only by the edge rule. Because the plan is a function of what exists and what has finished (the analysis is
+tried, and past an open end only by the edge rule. Because the plan is a function of what
+exists and what has finished (the analysis is
 deterministic), a study resumes after any interruption and reruns add nothing (see
 ``study.sweep``, which executes the points).
 """
