@@ -14,7 +14,7 @@ from study.sweep import AdaptiveSweep
 STOP_TEXT = {
     "goals_met": "every goal met",
     "budget_spent": "STOPPED ON BUDGET: the run budget is spent and not every goal is met",
-    "unreachable": "stopped: the goals not met cannot be narrowed by more seeds (no interval, or no optimum)",
+    "unreachable": "stopped: the goals not met cannot be narrowed by more runs (no interval, no optimum, or an interval cut by the LRs tried with nothing left to try past it)",
     "no_goals": "no goals in the study file: the fixed design (scan, refine, seeds) only",
     "running": "not finished",
 }
