@@ -50,3 +50,23 @@ def test_the_readme_headline_is_recomputed_from_the_committed_results(corpus):
         ]
         line = "| " + " | ".join(cells) + " |"
         assert line.replace("|  |", "| |") in readme, f"README lacks the recomputed row:\n{line}"
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_the_readme_leave_deepest_out_check_is_recomputed(corpus):
+    # ... --depths 2 4 8 16 --target-depth 32, against the full study's L=32 optimum
+    from eval.results import keep_depths
+    from eval.transfer import predict_at_depths
+
+    sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / corpus / "results.csv"), "sp")
+    full = {(r["family"], r["fraction"]): r for r in headline_rows(analyze(sweep, window=2, n_boot=1000, boot_seed=0))}
+    short = analyze(keep_depths(sweep, [2, 4, 8, 16]), window=2, n_boot=1000, boot_seed=0)
+    readme = (ROOT / "README.md").read_text().splitlines()
+    for p in predict_at_depths(short, [32]):
+        fraction = {0.5: "mid", 1.0: "end"}[p.fraction]
+        measured = full[(p.family.label, p.fraction)]["deepest_opt_log2_lr"]
+        inside = p.ci[0] <= measured <= p.ci[1]
+        prefix = f"| {corpus} | {p.family.label} | {fraction} | {_ci(p.log2_lr, list(p.ci), '.2f')} | {_num(measured, '.2f')} | "
+        line = next((x for x in readme if x.startswith(prefix)), None)
+        assert line is not None, f"README lacks the recomputed row:\n{prefix}"
+        assert line.endswith("| yes |") == inside, line
