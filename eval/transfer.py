@@ -73,6 +73,11 @@ class DepthResult:
         """LRs where no seed is usable and at least one diverged."""
         return int(np.sum(~self.curve.usable & (self.curve.n_diverged > 0)))
 
+    def usable_end(self, side: str) -> float:
+        """The lowest (``low``) or highest (``high``) usable LR of the curve (log2)."""
+        usable = self.curve.log2_lr[self.curve.usable]
+        return float(usable.min() if side == "low" else usable.max())
+
     @property
     def open_ends(self) -> tuple[str, ...]:
         """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: it ends on
@@ -82,14 +87,10 @@ class DepthResult:
         if self.opt_ci is None or not self.curve.usable.any():
             return ()
         tried = self.curve.log2_lr
-        usable = tried[self.curve.usable]
         return tuple(
             side
-            for side, end, outer, ci_end in (
-                ("low", usable.min(), tried.min(), self.opt_ci[0]),
-                ("high", usable.max(), tried.max(), self.opt_ci[1]),
-            )
-            if end == outer and abs(ci_end - end) < 1e-9
+            for side, outer, ci_end in (("low", tried.min(), self.opt_ci[0]), ("high", tried.max(), self.opt_ci[1]))
+            if self.usable_end(side) == outer and abs(ci_end - self.usable_end(side)) < 1e-9
         )
 
     @property
@@ -607,7 +608,7 @@ def _bootstrap(
     for j, d in enumerate(found):
         d.opt_ci = _percentile_ci(opt_boot[:, j])
         for side in d.open_ends:
-            end = float(d.opt_ci[1] if side == "high" else d.opt_ci[0])
+            end = d.usable_end(side)
             notes.append(
                 Note(
                     f"{where_ff} | L={d.depth}",

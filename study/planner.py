@@ -427,35 +427,32 @@ class Planner:
             deepest = [d for d in found if d.depth == check.depth]
             if not deepest:
                 return None
-            beyond = edge(deepest[0])
-            if check.within_target and beyond is None:  # only open, and no LR left to add: seeds cannot help
+            depth, beyond = check.depth, edge(deepest[0])
+        else:
+            if len(found) < 2:
                 return None
-            return variant, preset, check.depth, beyond
-        if len(found) < 2:
+            x = np.log2([d.depth for d in found])
+            c = (x - x.mean()) / float(np.sum((x - x.mean()) ** 2))
+            step = self.s.seed_step
+            gains = []
+            for cj, d in zip(c, found):
+                var = ((d.opt_ci[1] - d.opt_ci[0]) / (2 * 1.959964)) ** 2  # the optimum's variance, from its CI
+                n = int(d.curve.n_seeds.max() + d.curve.n_diverged.max())
+                cost = d.depth + self.s.run_overhead_layers
+                gains.append(cj * cj * var * step / (n + step) / cost)
+            edges = [edge(d) for d in found]
+            candidates = [j for j, e in enumerate(edges) if e is not None] or list(range(len(found)))
+            j = max(candidates, key=lambda i: gains[i])
+            depth, beyond = found[j].depth, edges[j]
+        if check.within_target and beyond is None:  # only open, and no LR left to add: seeds cannot help
             return None
-        x = np.log2([d.depth for d in found])
-        c = (x - x.mean()) / float(np.sum((x - x.mean()) ** 2))
-        step = self.s.seed_step
-        gains = []
-        for cj, d in zip(c, found):
-            var = ((d.opt_ci[1] - d.opt_ci[0]) / (2 * 1.959964)) ** 2  # the optimum's variance, from its CI
-            n = int(d.curve.n_seeds.max() + d.curve.n_diverged.max())
-            cost = d.depth + self.s.run_overhead_layers
-            gains.append(cj * cj * var * step / (n + step) / cost)
-        edges = [edge(d) for d in found]
-        candidates = [j for j, e in enumerate(edges) if e is not None]
-        if not candidates and check.within_target:  # only open, and no LR left to add: seeds cannot help
-            return None
-        candidates = candidates or list(range(len(found)))
-        j = max(candidates, key=lambda i: gains[i])
-        return variant, preset, found[j].depth, edges[j]
+        return variant, preset, depth, beyond
 
     def _beyond_edge(self, d, cells: dict[float, dict[int, Outcome]]) -> Optional[tuple[float, float]]:
         """(the LR one step past an open end of ``d``'s CI, that end), the upper end first, or
         None (:attr:`eval.transfer.DepthResult.open_ends` says which ends are open)."""
-        usable = d.curve.log2_lr[d.curve.usable]
         for side in sorted(d.open_ends, reverse=True):  # "low" < "high": high first
-            end = key(float(usable.max() if side == "high" else usable.min()))
+            end = key(d.usable_end(side))
             beyond = key(end + (self.s.step_log2 if side == "high" else -self.s.step_log2))
             if beyond not in cells and end in cells:
                 return beyond, end

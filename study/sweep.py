@@ -148,16 +148,23 @@ class AdaptiveSweep:
     def _advance(self) -> list:
         return self._add(self.planner.next_points(self.results()))
 
+    def _work(self) -> list[str]:
+        """The IDs of the planned runs that need work, after adding what the planner asks for;
+        points whose run directories are already final (sweep.yaml lost, reused runs) give no
+        work, so planning goes on past them until some run needs work or nothing is added."""
+        while True:
+            added = self._advance()
+            ids = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            if ids or not added:
+                return ids
+
     def run(self) -> None:
         """Drive every preset to the end of its chain (resumes whatever is unfinished)."""
         from launch.executor_local import execute
 
         while True:
-            queued = self._advance()
-            ids = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            ids = self._work()
             if not ids:
-                if queued:  # their run directories were already final (e.g. sweep.yaml lost): plan on
-                    continue
                 return
 
             def on_done(run) -> list:  # a finished run may unblock any chain (the shared base)
@@ -182,11 +189,8 @@ class AdaptiveSweep:
         from launch.executor_slurm import queued_run_ids, submit_array
 
         while True:
-            queued = self._advance()
-            pending = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            pending = self._work()
             if not pending:
-                if queued:  # their run directories were already final: plan on
-                    continue
                 return True
             queued = queued_run_ids(self.sweep_dir)
             if any(rid not in queued for rid in pending):
