@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--base-seeds", type=int, default=None, help="override the study's seeds per LR near the base depth's optimum"
     )
     parser.add_argument(
+        "--variants", nargs="+", default=None, metavar="NAME",
+        help="run only these of the study's variants (e.g. fig10's linear1_abs); the run budget is per variant",
+    )  # fmt: skip
+    parser.add_argument(
         "--corpus", default=None, choices=sorted(CORPORA),
         help="the text the runs train on: a row of data_prep.registry_corpora (default: the study file's corpus key, "
         f"{DEFAULT_CORPUS} where it has none)",
@@ -72,6 +76,7 @@ def main(args: argparse.Namespace) -> ExitCode:
         seeds=args.seeds,
         base_seeds=args.base_seeds,
         corpus=args.corpus,
+        variants=args.variants,
     )
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:

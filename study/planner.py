@@ -24,8 +24,8 @@ finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py
    goal gets the next batch: ``seed_step`` more seeds at the best LR and the ``fit_window``
    tried LRs on each side (the points of its quadratic fit) of the one depth where they
    shrink that interval most per unit of run cost. This repeats until
-   every goal is met, no unmet goal can be narrowed by seeds, or the study's ``budget_runs``
-   (every run of the study, the shared base once) is spent; the last batch is cut to fit.
+   every goal is met, no unmet goal can be narrowed by seeds, or the study's run budget
+   (``budget_runs`` per variant: every run of the study, each shared base once) is spent; the last batch is cut to fit.
    While goals are unmet, a depth whose best LR moved since its last batch first gets its
    added seeds at the new best's fit window. **Edge rule:** where an optimum's interval is
    cut by the LRs tried (:attr:`eval.transfer.DepthResult.open_ends`: it ends on the last
@@ -140,10 +140,10 @@ class Planner:
     def stop(self, results: Mapping[Point, Outcome]) -> Stop:
         """Why the study stops (or ``running``), with the goal checks; for the summary."""
         if not self.s.goals:
-            return Stop("no_goals", len(results), self.s.budget_runs)
+            return Stop("no_goals", len(results), self.s.run_budget)
         out, complete = self._chains(results)
         if out or not complete or any(o == PENDING for o in results.values()):
-            return Stop("running", len(results), self.s.budget_runs)
+            return Stop("running", len(results), self.s.run_budget)
         return self._sequential(results)[1]
 
     def best(self, preset: str, depth: int, results: Mapping[Point, Outcome], variant: str = "") -> Optional[float]:
@@ -353,12 +353,12 @@ class Planner:
         spent = len(results)
         unmet = [c for c in checks if not c.met]
         if not unmet:
-            return [], Stop("goals_met", spent, s.budget_runs, as_dicts)
-        if spent >= s.budget_runs:
-            return [], Stop("budget_spent", spent, s.budget_runs, as_dicts)
+            return [], Stop("goals_met", spent, s.run_budget, as_dicts)
+        if spent >= s.run_budget:
+            return [], Stop("budget_spent", spent, s.run_budget, as_dicts)
         fill = self._fill(results)  # the best moved since the last batch: seed its fit window first
         if fill:
-            return fill[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
+            return fill[: s.run_budget - spent], Stop("running", spent, s.run_budget, as_dicts)
         for check in sorted(unmet, key=lambda c: -c.ratio):  # the widest interval over its goal first
             target = self._where(analysis, check, results)
             if target is None:
@@ -378,7 +378,7 @@ class Planner:
                 have = {seed for seed in cells[at] if seed >= self.default_seeds(depth)}
                 if check.within_target:  # only open: the new LR is all this check needs
                     batch = [Point(owner, depth, beyond, seed, variant) for seed in sorted(have or seeds)]
-                    return batch[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
+                    return batch[: s.run_budget - spent], Stop("running", spent, s.run_budget, as_dicts)
                 batch = [Point(owner, depth, beyond, seed, variant) for seed in sorted(have | set(seeds))]
             batch += self._seed_neighbours(owner, variant, depth, cells, best, seeds, s.fit_window)
             means = self.means(preset, depth, results, variant)
@@ -389,8 +389,8 @@ class Planner:
                 if seed not in cells[x] and Point(owner, depth, x, seed, variant) not in batch
             ]
             if batch:
-                return batch[: s.budget_runs - spent], Stop("running", spent, s.budget_runs, as_dicts)
-        return [], Stop("unreachable", spent, s.budget_runs, as_dicts)
+                return batch[: s.run_budget - spent], Stop("running", spent, s.run_budget, as_dicts)
+        return [], Stop("unreachable", spent, s.run_budget, as_dicts)
 
     @staticmethod
     def _contenders(cells: dict[float, dict[int, Outcome]], means: dict[float, float], best: float) -> list[float]:

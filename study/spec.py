@@ -7,9 +7,10 @@ them; the planner (``launch.demo``) applies them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -70,9 +71,10 @@ class Study:
     # checked for every preset and analysed fraction. With goals, the planner's sequential phase
     # adds seeds until every goal is met or ``budget_runs`` is spent (study/planner.py).
     goals: dict[str, float] = field(default_factory=dict)
-    # optional with goals (then required): the most runs the study may train, every phase and
-    # the shared base (once) counted. A run count, not minutes, so the plan does not depend on
-    # the machine's speed.
+    # optional with goals (then required): the most runs the study may train per variant, every
+    # phase and the shared base (once) counted; a study with V variants may train V times as many
+    # (:attr:`run_budget`), so selecting variants (``--variants``) keeps each one's budget. A run
+    # count, not minutes, so the plan does not depend on the machine's speed.
     budget_runs: int = 0
     # optional: seeds the sequential phase adds per batch at the chosen depth's best LR and neighbours
     seed_step: int = 2
@@ -81,6 +83,11 @@ class Study:
     # optional: a run at depth L costs about L + this many layers' worth of time (start-up, data,
     # embedding); the sequential phase weighs where to add seeds by it (docs/study_design.md)
     run_overhead_layers: float = 2.0
+
+    @property
+    def run_budget(self) -> int:
+        """The most runs the whole study may train: ``budget_runs`` for each variant."""
+        return self.budget_runs * len(self.variants)
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -118,8 +125,9 @@ def available() -> list[str]:
     return sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
 
 
-def load_study(name_or_path: str, **overrides: Any) -> Study:
-    """Read and check a study file; ``overrides`` (e.g. ``depths=(2, 4)``) replace its keys."""
+def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **overrides: Any) -> Study:
+    """Read and check a study file; ``overrides`` (e.g. ``depths=(2, 4)``) replace its keys and
+    ``variants`` (names) keeps only those of the file's variants, in the file's order."""
     path = study_path(name_or_path)
     if not path.is_file():
         raise LaunchError(f"--study {name_or_path}: no file {path} (studies here: {', '.join(available())})")
@@ -149,6 +157,8 @@ def load_study(name_or_path: str, **overrides: Any) -> Study:
         if f.name in raw:
             values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
+    if variants:
+        study = replace(study, variants=_select_variants(path, study.variants, variants))
     _check(path, study)
     return study
 
@@ -168,6 +178,16 @@ def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
     if not isinstance(value, expected):
         _bad(path, key, value)
     return float(value) if str(type_name) == "float" else value
+
+
+def _select_variants(path: Path, have: dict[str, dict[str, Any]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    unknown = [n for n in names if n not in have]
+    if unknown or list(have) == [""]:
+        listed = ", ".join(n for n in have if n) or "none"
+        raise LaunchError(
+            f"--variants {' '.join(names)}: {path} has no variant(s) {unknown or list(names)} (its variants: {listed})"
+        )
+    return {n: overrides for n, overrides in have.items() if n in names}
 
 
 def _variants(path: Path, raw: Any) -> dict[str, dict[str, Any]]:

@@ -34,7 +34,7 @@ def spent(results: dict[Point, Outcome], sweep: AdaptiveSweep, s: Study) -> dict
         "runs_at_shared_base": sum(1 for p in results if p.depth == base),
         "runs_sequential": len(sequential),
         "runs_diverged": sum(1 for o in results.values() if o == DIVERGED),
-        "budget_runs": s.budget_runs,
+        "budget_runs": s.run_budget,
         "run_core_minutes": sweep.run_seconds() / 60,
     }
 
@@ -47,8 +47,9 @@ def stop_lines(stop: Stop, used: dict[str, Any], s: Study) -> list[str]:
         f"{used['runs_diverged']} diverged), {used['run_core_minutes']:.1f} core-minutes of runs"
     )
     if s.goals:
-        base += f"; budget {s.budget_runs} runs"
-        if used["runs"] > s.budget_runs:
+        per = f", {s.budget_runs} per variant" if len(s.variants) > 1 else ""
+        base += f"; budget {s.run_budget} runs{per}"
+        if used["runs"] > s.run_budget:
             base += " (the scan, refine and seed phases alone used more: the budget caps only the sequential phase)"
     return [f"**{STOP_TEXT[stop.reason]}.** " + base + "."]
 

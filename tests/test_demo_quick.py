@@ -193,6 +193,29 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     assert fig10.variant_keys() == ["model.block", "model.linear1_phi"] and default.variants == {"": {}}
 
 
+def test_variants_select_a_studys_block_types_and_keep_each_ones_budget(capsys):
+    """``--variants`` keeps the named variants (the file's order) and the per-variant budget:
+    fig10 has 300 runs per variant, 600 for both; an unknown name is exit 2 naming the file."""
+    from launch.__main__ import main as launch_main
+    from launch.errors import LaunchError
+    from study.spec import load_study
+
+    both = load_study("fig10")
+    one = load_study("fig10", variants=["linear1_abs"])
+    assert list(one.variants) == ["linear1_abs"] and one.variants["linear1_abs"] == both.variants["linear1_abs"]
+    assert (both.budget_runs, both.run_budget, one.run_budget) == (300, 600, 300)
+    assert list(load_study("fig10", variants=["linear1_abs", "standard"]).variants) == ["standard", "linear1_abs"]
+    assert load_study("default").run_budget == load_study("default").budget_runs == 300
+    with pytest.raises(
+        LaunchError, match=r"fig10.yaml has no variant\(s\) \['nope'\] \(its variants: standard, linear1_abs\)"
+    ):
+        load_study("fig10", variants=["linear1_abs", "nope"])
+    with pytest.raises(LaunchError, match=r"default.yaml has no variant.*its variants: none"):
+        load_study("default", variants=["standard"])
+    assert launch_main(["demo", "--study", "fig10", "--variants", "nope", "--out", "/nonexistent/x"]) == 2
+    assert "no variant(s) ['nope']" in capsys.readouterr().err
+
+
 def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
     from launch.errors import LaunchError
     from study.spec import load_study

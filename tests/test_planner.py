@@ -285,6 +285,19 @@ def test_sequential_phase_stops_at_the_budget():
     assert planner.next_points(final) == []
 
 
+def test_the_run_budget_is_per_variant():
+    """Two variants, goals out of reach: the study spends ``budget_runs`` for each variant, not
+    in all (each variant has its own arms and base depth, as a one-variant study has)."""
+    variants = {"standard": {"model.block": "standard"}, "linear1": {"model.block": "linear1"}}
+    s = study(base_seeds=10, goals={"slope_ci_halfwidth": 0.01}, bootstrap=200, variants=variants)
+    fixed = len(_rounds(replace(s, goals={}, budget_runs=0), np.random.default_rng(1), noisy_base)[-1][0])
+    per_variant = fixed // 2 + 17  # above one variant's fixed phases, well below both variants'
+    s = replace(s, budget_runs=per_variant)
+    final = _rounds(s, np.random.default_rng(1), noisy_base)[-1][0]
+    assert s.run_budget == 2 * per_variant and fixed < 2 * per_variant
+    assert len(final) == 2 * per_variant and Planner(s).stop(final).reason == "budget_spent"
+
+
 def test_sequential_seeds_never_move_a_window():
     """Phase 4 adds seeds past each depth's first seeds, at LRs already tried or (the edge
     rule) walking out from a depth's scanned range one step at a time: the scan, refine and
