@@ -14,6 +14,10 @@
 # wheels/ (what the node's image lacks) and, after a part on a machine since given back,
 # state.tar.gz (the study directory without checkpoints or index caches: a run that was cut
 # restarts from its first step there; on a machine still warm it resumes from its checkpoint).
+# A session that ends before the study does commits its last state.tar.gz as
+# docs/studies/<study>/state.tar.gz; a later session's parts restore it when nothing is carried.
+# The study directory may land under another path there: the study rewrites its base config
+# to the new place (study.sweep.AdaptiveSweep._moved).
 # A part ends by the time limit with exit 75 (SIGTERM: the trainers checkpoint and exit 75, the
 # study stops planning) or 124/143 (the limit hit outside a run); every finished run is kept.
 set -u
@@ -68,9 +72,13 @@ install() {  # the carried wheels, once per machine
 restore() {  # the carried data and, on a fresh machine, the study state of the last part
   mkdir -p "$WORK/data"
   for f in "$CARRY"/data/*; do [ -e "$WORK/data/$(basename "$f")" ] || cp "$f" "$WORK/data/"; done
-  if [ ! -f "$WORK/sweep/sweep.yaml" ] && [ -f "$CARRY/state.tar.gz" ]; then
-    tar -xzf "$CARRY/state.tar.gz" -C demo_out && echo "restored $WORK from $CARRY/state.tar.gz"
-  fi
+  # the last part's state: carried (this session), else committed (an earlier session's, see the header)
+  local state
+  for state in "$CARRY/state.tar.gz" "docs/studies/$STUDY/state.tar.gz"; do
+    if [ ! -f "$WORK/sweep/sweep.yaml" ] && [ -f "$state" ]; then
+      tar -xzf "$state" -C demo_out && echo "restored $WORK from $state"
+    fi
+  done
 }
 
 pack() {  # the study state (no checkpoints, index caches or data) and its results, into $OUT
@@ -184,5 +192,5 @@ case ${1:-} in
   part) part "${2:-530}" ;;
   bench) bench ;;
   rehearse) rehearse ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

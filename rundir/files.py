@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 LATEST = "latest"  # checkpoints/latest: the name of the newest complete checkpoint folder
-COMMON_FILE = "common.json"  # in each checkpoint folder: step, evals, layout, table, config
+COMMON_FILE = "common.json"  # in each checkpoint folder: step, evals, layout, table, config, data identity
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 

@@ -8,6 +8,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from rundir.files import RunSummary, read_summary
 from study.log import log as _log
@@ -57,15 +60,36 @@ class AdaptiveSweep:
         if (sweep_dir / "sweep.yaml").is_file():
             self.plan = read_plan(sweep_dir)
             # how and where runs start changes no result: take them from this invocation's spec
+            base = spec_path.parent / self.spec.base_config
+            moved_from = Path(self.plan.base_config_source).resolve().parent
             self.plan = replace(
                 self.plan,
                 executor=replace(
                     self.plan.executor, start=self.spec.executor.start, runs_per_gpu=self.spec.executor.runs_per_gpu
                 ),
                 slurm=asdict(self.spec.slurm),
+                spec_file=str(spec_path),
+                base_config_source=str(base),
             )
+            if moved_from != base.resolve().parent:
+                self._moved(moved_from, base.resolve().parent, base)
             for run in self.plan.runs:
                 self.points[self.point_of(run.point)] = run.run_id
+
+    def _moved(self, old: Path, new: Path, base: Path) -> None:
+        """The study directory was moved (or copied) from ``old`` to ``new``: the base config
+        snapshot names the old place's data. Where that is its only difference from the base
+        config written here, the snapshot is rewritten to the new place (the runs are the same
+        runs); any other difference is left for :func:`launch.sweep_dir.write_plan` to refuse."""
+        from launch.sweep_plan import BASE_SNAPSHOT
+
+        snapshot = self.sweep_dir / BASE_SNAPSHOT
+        if not snapshot.is_file():
+            return
+        moved = _repath(yaml.safe_load(snapshot.read_text()), str(old), str(new))
+        if moved == yaml.safe_load(base.read_text()):
+            atomic_write_text(snapshot, base.read_text())
+            _log(f"study directory moved from {old} to {new}: its base config now reads the data there")
 
     def point_of(self, values: dict[str, Any]) -> Point:
         """The study point of a planned run's grid values (its variant recognised by its values)."""
@@ -203,6 +227,17 @@ class AdaptiveSweep:
                 _log(f"{len(pending)} runs queued or running on SLURM; rerun this command to continue")
                 return False
             time.sleep(poll_s)
+
+
+def _repath(value: Any, old: str, new: str) -> Any:
+    """``value`` (a parsed YAML tree) with every string path under ``old`` moved under ``new``."""
+    if isinstance(value, dict):
+        return {k: _repath(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_repath(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old) :]
+    return value
 
 
 def variant_values(base_config: Path, s: Study) -> dict[str, dict[str, Any]]:

@@ -139,3 +139,42 @@ def test_a_study_whose_sweep_yaml_is_lost_replans_from_its_final_run_dirs(tmp_pa
             assert again.run_slurm(wait=False, poll_s=0)
         assert again.points == points
         assert again.results() == sweep.results()
+
+
+def test_a_moved_study_directory_resumes_there(tmp_path, monkeypatch):
+    """A study directory moved (or copied) elsewhere, its base config rewritten by the study to
+    point there (as ``launch demo`` does): the sweep plans on there with its runs. Any other
+    change of the base config is still refused (it used to fail reading the old place)."""
+    import shutil
+
+    from launch.errors import LaunchError
+    from launch.sweep_dir import write_plan
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    s = _study(depths=(2, 4), base_seeds=3)
+
+    def write(study_dir: Path, **changes) -> Path:
+        base = yaml.safe_load(TINY_BASE.read_text())
+        base.setdefault("data", {})["cache_dir"] = str(study_dir / "cache")  # a path under the study dir
+        for k, v in changes.items():
+            section, name = k.split(".")
+            base[section][name] = v
+        (study_dir / "demo_base.yaml").write_text(yaml.safe_dump(base))
+        spec = {"name": "moved", "base_config": "demo_base.yaml", "executor": {"kind": "local", "max_parallel": 2}}
+        (study_dir / "demo_sweep.yaml").write_text(yaml.safe_dump(spec))
+        return study_dir / "demo_sweep.yaml"
+
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.mkdir()
+    first = AdaptiveSweep(a / "sweep", write(a), s, workers=2)
+    assert first._advance(), "the scan's first points"
+    shutil.copytree(a, c)
+    a.rename(b)
+    moved = AdaptiveSweep(b / "sweep", write(b), s, workers=2)
+    assert moved.points == first.points and moved.plan.base_config_source == str(b / "demo_base.yaml")
+    snapshot = yaml.safe_load((b / "sweep" / "base_config.yaml").read_text())
+    assert snapshot["data"]["cache_dir"] == str(b / "cache")
+    write_plan(moved.sweep_dir, moved.plan)  # what adding points does: no refusal
+    changed = AdaptiveSweep(c / "sweep", write(c, **{"training.steps": 31}), s, workers=2)  # moved and changed
+    with pytest.raises(LaunchError, match="differs from the snapshot"):
+        write_plan(changed.sweep_dir, changed.plan)

@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,69 @@ def test_training_on_data_prep_output_lowers_validation_loss(manifest_dir, tmp_p
     assert last < math.log(512) - 1.0  # well below a uniform guess over the vocabulary
     table = json.loads((run / "parametrization.json").read_text())
     assert any(r["name"] == "embedding.word_embeddings.weight" and r["shape"] == [512, 64] for r in table["params"])
+
+
+def _train(run, manifest, *extra, check=True):
+    cmd = [
+        sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", "data.mock=false",
+        f"data.manifest={manifest}", "model.vocab_size=null", "training.steps=12", "eval.at=[1.0]", "eval.batches=2",
+        "checkpoint.interval=8", "checkpoint.final=false", "logging.interval=1", "logging.progress_bar=false", *extra,
+    ]  # fmt: skip
+    out = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
+    if check:
+        assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def _losses(run):
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if r["kind"] == "train"]
+
+
+def test_a_run_resumes_after_its_data_moved_and_refuses_other_data(manifest_dir, tmp_path):
+    """Run dir and data moved together (a study directory copied to another machine): the
+    resume from step 8 accepts the new data path because the files are the checkpoint's
+    (training.data.data_identity) and gives the uninterrupted run's losses; the same move onto
+    other files (train and valid swapped) is refused, naming the key and the files."""
+    import shutil
+
+    _train(tmp_path / "ref", manifest_dir)
+    a = tmp_path / "a"
+    shutil.copytree(manifest_dir, a / "data")
+    _train(a / "run", a / "data")
+    (a / "run" / "summary.json").unlink()  # as if preempted after the step-8 checkpoint
+    shutil.copytree(a, tmp_path / "c")
+    b = a.rename(tmp_path / "b")
+    out = _train(b / "run", b / "data")
+    assert "resumed from" in out.stderr and "the data moved (data.manifest)" in out.stderr
+    assert _losses(b / "run") == _losses(tmp_path / "ref")
+
+    c = tmp_path / "c"
+    manifest = json.loads((c / "data" / "manifest.json").read_text())
+    manifest["train"], manifest["valid"] = manifest["valid"], manifest["train"]
+    (c / "other").mkdir()
+    for f in (c / "data").iterdir():
+        if f.is_file():
+            shutil.copy(f, c / "other" / f.name)
+    (c / "other" / "manifest.json").write_text(json.dumps(manifest))
+    out = _train(c / "run", c / "other", check=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "refusing to resume" in out.stderr and f"data.manifest: '{a / 'data'}' -> '{c / 'other'}'" in out.stderr
+    assert "the data moved and its files are not the checkpoint's" in out.stderr
+
+
+def test_a_checkpoint_without_a_data_record_refuses_a_moved_data_path():
+    """Checkpoints written before the data identity existed cannot tell a moved copy from other
+    data: the move is refused and the message says why; unmoved, they resume as before."""
+    from training.session import SetupError, check_resumable
+
+    config = {"data": {"manifest": "/x/data"}, "model": {"hidden_size": 64}}
+    common = {"parametrization": {"params": []}, "config": config}
+    table = {"params": []}
+    check_resumable(common, Path("ckpt"), table, config, {"tokenizer": "t"})
+    moved = {"data": {"manifest": "/y/data"}, "model": {"hidden_size": 64}}
+    with pytest.raises(SetupError, match="predates the record of what its data is"):
+        check_resumable(common, Path("ckpt"), table, moved, {"tokenizer": "t"})
+    check_resumable({**common, "data": {"tokenizer": "t"}}, Path("ckpt"), table, moved, {"tokenizer": "t"})

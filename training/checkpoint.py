@@ -3,7 +3,8 @@
 Layout of ``RUN_DIR/checkpoints/step_XXXXXXXX/``:
 
 * ``common.json``: step, consumed samples, accumulated wall time, parallel layout, the
-  resolved parametrization table and config (compared on resume);
+  resolved parametrization table and config (compared on resume), and what the data is
+  (``training.data.data_identity``: the data may move between a run and its resume);
 * ``scheduler.pt``: megatron ``OptimizerParamScheduler`` state;
 * ``rng_rank{R}.pt``: python / numpy / torch (and CUDA + megatron tracker) RNG per rank;
 * model and optimizer state: on CPU ``model_tp{T}_pp{P}.pt`` from data-parallel rank 0 (one

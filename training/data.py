@@ -190,6 +190,47 @@ def check_indexed_dataset(prefix: str, key: str, vocab_size: int) -> np.ndarray:
     return lengths
 
 
+def _prefixes(cfg: RunConfig) -> tuple[list[str], list[str], Optional[list[float]], Optional[list[float]]]:
+    """(train prefixes, valid prefixes, their weights): the manifest's, else the config's."""
+    d = cfg.data
+    if d.manifest:
+        m = read_manifest(d.manifest)
+        if not m.train_prefixes:
+            raise ValueError(f'data.manifest: {m.path} has no training data ("train": {{"prefixes": []}})')
+        # A manifest without valid prefixes (data_prep split.valid_fraction=0): data.split of the train blend.
+        return m.train_prefixes, m.valid_prefixes, None, None
+    return list(d.train_prefixes), list(d.valid_prefixes), d.train_weights, d.valid_weights
+
+
+# Config keys that say where the data lies, not what it is: a resume may change them when
+# :func:`data_identity` is unchanged (a study or sweep directory moved or copied elsewhere).
+DATA_LOCATION_KEYS = ("data.manifest", "data.train_prefixes", "data.valid_prefixes", "data.tokenizer")
+
+
+def data_identity(cfg: RunConfig, tokenizer: TokenizerInfo) -> dict[str, Any]:
+    """What the run's data is, wherever it lies: the tokenizer's identity and, per split, each
+    prefix's file name, token dtype, sequence and document counts (its ``.idx`` header) and the
+    ``.bin``/``.idx`` sizes. O(1) per prefix (no hash of a corpus that may be terabytes): it
+    tells a moved copy of the same files from other data, not a bit flip inside them."""
+    if cfg.data.mock:
+        return {"mock": True, "tokenizer": tokenizer.unique_identifiers["identity"]}
+    train, valid, train_w, valid_w = _prefixes(cfg)
+
+    def files(prefix: str) -> list[Any]:
+        idx, bin_ = Path(get_idx_path(prefix)), Path(get_bin_path(prefix))
+        with idx.open("rb") as fh:
+            _, _, code, sequences, documents = _IDX_FIXED.unpack(fh.read(_IDX_FIXED.size))
+        return [Path(prefix).name, code, sequences, documents, bin_.stat().st_size, idx.stat().st_size]
+
+    return {
+        "tokenizer": tokenizer.unique_identifiers["identity"],
+        "train": [files(p) for p in train],
+        "valid": [files(p) for p in valid],
+        "train_weights": train_w,
+        "valid_weights": valid_w,
+    }
+
+
 def dataset_config(
     cfg: RunConfig, tokenizer: TokenizerInfo, cache_dir: Optional[str], check: bool = True
 ) -> GPTDatasetConfig:
@@ -208,14 +249,7 @@ def dataset_config(
     )
     if d.mock:
         return GPTDatasetConfig(**common)
-    train, valid = list(d.train_prefixes), list(d.valid_prefixes)
-    train_w, valid_w = d.train_weights, d.valid_weights
-    if d.manifest:
-        m = read_manifest(d.manifest)
-        if not m.train_prefixes:
-            raise ValueError(f'data.manifest: {m.path} has no training data ("train": {{"prefixes": []}})')
-        # A manifest without valid prefixes (data_prep split.valid_fraction=0): data.split of the train blend.
-        train, valid, train_w, valid_w = m.train_prefixes, m.valid_prefixes, None, None
+    train, valid, train_w, valid_w = _prefixes(cfg)
     if valid:
         config = GPTDatasetConfig(blend_per_split=[_blend(train, train_w), _blend(valid, valid_w), None], **common)
     else:

@@ -293,6 +293,7 @@ class Trainer:
             },
             "parametrization": s.table,
             "config": s.config_dict,
+            "data": s.data_identity,
         }
         if s.runlog is not None:
             s.runlog.sync()

@@ -97,6 +97,7 @@ class Session:
     backend: Backend
     scheduler: OptimizerParamScheduler
     config_dict: dict  # the resolved config, as written to config.yaml and checkpoints
+    data_identity: dict  # what the data is, wherever it lies (training.data.data_identity), in checkpoints
     resume: ResumePoint
     runlog: Optional[RunLog] = None  # rank 0 only
     diagnostics: Optional[Diagnostics] = None  # logging.diagnostics_interval > 0
@@ -111,12 +112,13 @@ class Session:
         return self.placement.device
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
+def config_differences(old: dict, new: dict, allowed: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
+    """``key: old -> new`` for each config key that differs, but those ``allowed`` to (prefixes)."""
     a, b = flatten(old), flatten(new)
     return [
         f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
         for k in sorted(set(a) | set(b))
-        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p) for p in RESUMABLE_CHANGES)
+        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p) for p in allowed)
     ]
 
 
@@ -159,7 +161,7 @@ def select_device(cfg: RunConfig) -> tuple[str, bool]:
 def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
     from training import checkpoint
-    from training.data import build_datasets, check_data, data_parallel_plan, eval_micro_batches
+    from training.data import build_datasets, check_data, data_identity, data_parallel_plan, eval_micro_batches
     from training.distributed import init_distributed, seed_everything
     from training.metrics import RunLog
     from training.model import Placement, build_model, padded_vocab_size, resolve
@@ -203,10 +205,11 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     scheduler = build_scheduler(cfg, backend.optimizer)
 
     config_dict = to_dict(cfg)
+    identity = data_identity(cfg, tokenizer)
     resume = ResumePoint()
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict)
+        check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict, identity)
         common = checkpoint.load(ckpt, backend, scheduler, info.rank)
         resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
         log.info("resumed from %s (step %d)", ckpt, resume.step)
@@ -246,6 +249,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         backend=backend,
         scheduler=scheduler,
         config_dict=config_dict,
+        data_identity=identity,
         resume=resume,
         runlog=runlog,
         diagnostics=make_diagnostics(cfg, backend.model, eval_batches, device),
@@ -326,8 +330,12 @@ def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
     return build_table(resolved, rows)
 
 
-def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict) -> None:
+def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, data: dict) -> None:
+    """Refuse a resume whose parametrization table or math-changing config differs from the
+    checkpoint's. The data's location (:data:`training.data.DATA_LOCATION_KEYS`) may change
+    when its identity (``data``, :func:`training.data.data_identity`) is the checkpoint's."""
     from patches.table import table_differences
+    from training.data import DATA_LOCATION_KEYS
 
     diffs = table_differences(common["parametrization"], table)
     if diffs:
@@ -335,8 +343,19 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict) ->
             f"{ckpt}: the resolved parametrization differs from the checkpoint's; refusing to resume:\n  "
             + "\n  ".join(diffs[:20])
         )
-    diffs = config_differences(common["config"], config_dict)
+    a, b = flatten(common["config"]), flatten(config_dict)
+    moved = [k for k in DATA_LOCATION_KEYS if a.get(k) != b.get(k)]
+    same_data = common.get("data") == data
+    diffs = config_differences(
+        common["config"], config_dict, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
+    )
     if diffs:
+        if moved and "data" not in common:
+            diffs.append("(the data moved; this checkpoint predates the record of what its data is, so it cannot tell)")
+        elif moved:
+            diffs.append(f"(the data moved and its files are not the checkpoint's: {common['data']} -> {data})")
         raise SetupError(
             f"{ckpt}: the config differs from the checkpoint's; refusing to resume:\n  " + "\n  ".join(diffs)
         )
+    if moved:
+        log.info("the data moved (%s) since %s; its files are the checkpoint's", ", ".join(moved), ckpt)
