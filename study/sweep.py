@@ -60,8 +60,8 @@ class AdaptiveSweep:
         if (sweep_dir / "sweep.yaml").is_file():
             self.plan = read_plan(sweep_dir)
             # how and where runs start changes no result: take them from this invocation's spec
-            base = spec_path.parent / self.spec.base_config
-            moved_from = Path(self.plan.base_config_source).resolve().parent
+            base = (spec_path.parent / self.spec.base_config).resolve()  # as launch.sweep_spec.expand records it
+            moved_from = Path(self.plan.base_config_source).parent
             self.plan = replace(
                 self.plan,
                 executor=replace(
@@ -71,8 +71,8 @@ class AdaptiveSweep:
                 spec_file=str(spec_path),
                 base_config_source=str(base),
             )
-            if moved_from != base.resolve().parent:
-                self._moved(moved_from, base.resolve().parent, base)
+            if moved_from != base.parent:
+                self._moved(moved_from, base.parent, base)
             for run in self.plan.runs:
                 self.points[self.point_of(run.point)] = run.run_id
 
