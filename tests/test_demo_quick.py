@@ -216,6 +216,30 @@ def test_variants_select_a_studys_block_types_and_keep_each_ones_budget(capsys):
     assert "no variant(s) ['nope']" in capsys.readouterr().err
 
 
+def test_fig10s_standard_half_alone_is_the_default_study(tmp_path):
+    """``--study fig10 --variants standard`` has every setting of the default study and its
+    variant keys are the base config's own values, so its runs train the default study's
+    models: the README's KJV headline is that half of TP-VI Fig. 10."""
+    from dataclasses import replace
+
+    import yaml
+
+    from launch.run_configs import load_run_config
+    from runconfig.loader import to_dict
+    from study.data import base_config
+    from study.spec import load_study
+    from study.sweep import variant_values
+
+    standard = load_study("fig10", variants=["standard"])
+    assert replace(standard, name="demo", variants={"": {}}) == load_study("default")
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(base_config(standard, tmp_path / "data")))
+    keys = [f"{k}={v}" for k, v in variant_values(base, standard)["standard"].items()]
+    assert keys == ["model.block=standard"]  # only the selected variants' keys (docs/launch.md)
+    point = ["model.num_layers=8", "optimizer.lr=0.01", "run.seed=3"]
+    assert to_dict(load_run_config(base, [*point, *keys])) == to_dict(load_run_config(base, point))
+
+
 def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
     from launch.errors import LaunchError
     from study.spec import load_study
