@@ -17,6 +17,7 @@ from typing import Optional
 
 import yaml
 
+from data_prep.stages import DataPrepError
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from rundir.contract import ExitCode
@@ -69,6 +70,9 @@ def run_demo(
         data_dir = prepare_data(out, s, workers)
     except CorpusError as exc:
         _log(f"error: {exc}")
+        return ExitCode.USAGE
+    except DataPrepError as exc:  # e.g. data_prep's readers missing where the tokenized data was not carried
+        _log(f"error: building {out / 'data'} from corpus {s.corpus!r}: {exc}")
         return ExitCode.USAGE
     spec_path = write_sweep_spec(out, s, data_dir, workers, executor, slurm)
     sweep_dir = (out / "sweep").resolve()

@@ -256,3 +256,24 @@ def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
     bad = replace(load_study("fig10"), variants={"x": {"model.blok": "linear1"}})
     with pytest.raises(LaunchError, match="variants.x: .*blok"):
         variant_values(base, bad)
+
+
+def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, monkeypatch, capsys):
+    """Where data_prep cannot build the study's data (e.g. its readers missing on a GPU node the
+    tokenized data was not carried to), the demo exits 2 naming the data directory and corpus,
+    instead of a traceback; nothing is planned."""
+    import data_prep.api
+    import study.data
+    from data_prep.stages import DataPrepError
+    from study.demo import run_demo
+    from study.spec import load_study
+
+    def fail(*args, **kwargs):
+        raise DataPrepError("nothing could be read from 1 input(s)")
+
+    monkeypatch.setattr(study.data, "corpus_jsonl", lambda *a: tmp_path / "corpus.jsonl")
+    monkeypatch.setattr(data_prep.api, "build_from_texts", fail)
+    assert run_demo(tmp_path / "out", load_study("quick"), 1) == 2
+    err = capsys.readouterr().err
+    assert f"error: building {tmp_path / 'out' / 'data'} from corpus 'kjv': nothing could be read" in err
+    assert not (tmp_path / "out" / "sweep").exists()
