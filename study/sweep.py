@@ -86,9 +86,9 @@ class AdaptiveSweep:
         snapshot = self.sweep_dir / BASE_SNAPSHOT
         if not snapshot.is_file():
             return
-        moved = _repath(yaml.safe_load(snapshot.read_text()), str(old), str(new))
-        if moved == yaml.safe_load(base.read_text()):
-            atomic_write_text(snapshot, base.read_text())
+        text = base.read_text()
+        if _repath(yaml.safe_load(snapshot.read_text()), str(old), str(new)) == yaml.safe_load(text):
+            atomic_write_text(snapshot, text)
             _log(f"study directory moved from {old} to {new}: its base config now reads the data there")
 
     def point_of(self, values: dict[str, Any]) -> Point:
