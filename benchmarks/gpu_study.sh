@@ -43,6 +43,7 @@ prepare_data(Path('$WORK'), load_study('${STUDY_FILE:-$STUDY}'), $workers)
 " || return 2
   mkdir -p "$CARRY/data"
   cp "$WORK"/data/{manifest.json,tokenizer.model,train.bin,train.idx,valid.bin,valid.idx} "$CARRY/data/" || return 2
+  cp "$WORK/corpus.name" "$CARRY/" || return 2  # which corpus data/ holds: the study refuses data without it
   if [ -z "${SKIP_WHEELS:-}" ]; then
     mkdir -p "$CARRY/wheels"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -71,6 +72,7 @@ install() {  # the carried wheels, once per machine
 
 restore() {  # the carried data and, on a fresh machine, the study state of the last part
   mkdir -p "$WORK/data"
+  [ -e "$WORK/corpus.name" ] || cp "$CARRY/corpus.name" "$WORK/" 2>/dev/null
   for f in "$CARRY"/data/*; do [ -e "$WORK/data/$(basename "$f")" ] || cp "$f" "$WORK/data/"; done
   # the last part's state: carried (this session), else committed (an earlier session's, see the header)
   local state
@@ -171,7 +173,7 @@ EOF
     mkdir -p "$WORK" && cp -r "demo_out/${STUDY%_rehearsal}/data" "$WORK/"
   fi
   prepare || return 2
-  rm -rf "$WORK/corpus" "$WORK/data/.work"  # what the node does not get
+  rm -rf "$WORK"  # the node's first part has only what is carried
   local rc=75 n=0
   while [ $rc = 75 ] && [ $n -lt ${PARTS:-12} ]; do
     n=$((n + 1))
