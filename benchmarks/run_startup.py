@@ -31,10 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from rundir.contract import ExitCode  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from launch.processes import with_repo_on_path  # noqa: E402
+from rundir.contract import ExitCode  # noqa: E402
+
 T0_ENV = "RUN_STARTUP_T0"
 
 
@@ -81,7 +83,7 @@ def phases_child(config: str, overrides: list[str], steps: int) -> None:
 def run_phases(config: str, overrides: list[str], steps: int, run_dir: Path) -> dict:
     argv = [sys.executable, __file__, "--phases-child", "--config", config, "--steps", str(steps),
             *overrides, f"run.dir={run_dir}"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), T0_ENV: repr(time.time())}
+    env = {**with_repo_on_path(REPO, os.environ), T0_ENV: repr(time.time())}
     out = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"phase child failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -95,7 +97,7 @@ def run_trainer(mode: str, config: str, overrides: list[str], steps: int, run_di
     argv = [sys.executable, str(REPO / "train_gpt.py"), "--config", config, *overrides, f"run.dir={run_dir}",
             f"training.steps={steps}", "checkpoint.final=false", "eval.at=[1.0]", "eval.batches=1",
             "logging.progress_bar=false", "--force"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = with_repo_on_path(REPO, os.environ)
     log = run_dir.parent / f"{run_dir.name}.log"
     t0 = time.time()
     if mode == "exec":

@@ -25,6 +25,13 @@ if sys.platform.startswith("linux"):  # resolved in the parent: no dlopen betwee
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
+def with_repo_on_path(repo: os.PathLike, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``repo`` first on ``PYTHONPATH``, keeping what was there: packages carried
+    on ``PYTHONPATH`` (a GPU node's wheels in /tmp/site) must stay importable in the child."""
+    path = os.pathsep.join(p for p in (str(repo), environ.get("PYTHONPATH", "")) if p)
+    return {**environ, "PYTHONPATH": path}
+
+
 def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
     """A function for the child, run right after the fork: send it ``sig`` when ``parent_pid`` dies."""
 

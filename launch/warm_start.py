@@ -57,7 +57,7 @@ from typing import Optional
 
 from launch.commands import DEFAULT_TRAINER_SCRIPT
 from launch.errors import LaunchError
-from launch.processes import FORWARDED_SIGNALS, die_with_parent
+from launch.processes import FORWARDED_SIGNALS, die_with_parent, with_repo_on_path
 from rundir.contract import ExitCode
 
 START_METHODS = ("exec", "fork")
@@ -131,7 +131,7 @@ class ForkServer:
 
     def start(self) -> None:
         repo = DEFAULT_TRAINER_SCRIPT.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+        env = with_repo_on_path(repo, os.environ)
         env[NVML_CHECK_ENV] = "1"  # the server's imports must not initialise CUDA (children set their own env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "launch.warm_start"],

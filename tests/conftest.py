@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.processes import with_repo_on_path
 from tests.slurm_cluster import slurm, slurm_cluster  # noqa: F401 - the fixtures of the slurm tests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,8 +17,7 @@ TINY = REPO / "configs" / "tiny_cpu.yaml"
 def env() -> dict:
     """Environment for a trainer subprocess: the caller's, one OpenMP thread, the repo first on
     PYTHONPATH (kept: a GPU machine may add carried packages there)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    return {**with_repo_on_path(REPO, os.environ), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="session")

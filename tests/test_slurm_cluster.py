@@ -26,6 +26,7 @@ from data_prep.pipeline import manifest_without_run, run
 from data_prep.slurm import load_frozen
 from launch import attempts
 from launch.__main__ import main
+from launch.processes import with_repo_on_path
 from tests.data_prep_fixtures import english_doc, write_jsonl
 from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, derived_spec, read_csv, starts
 from tests.slurm_cluster import Cluster
@@ -175,7 +176,7 @@ def test_data_prep_with_a_killed_array_task_writes_the_local_bytes(slurm: Cluste
     out = tmp_path / "slurm_out"
     cli = [sys.executable, "-m", "data_prep", *planted_overrides(raw, out), "--executor", "slurm"]
     cli.append("runtime.slurm.array_tasks=2")
-    env = {**os.environ, **slurm.env, "PYTHONPATH": str(REPO)}
+    env = {**with_repo_on_path(REPO, os.environ), **slurm.env}
     first = subprocess.run(cli, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     (sub,) = (out / ".work" / "slurm").glob("*/submissions/*")
