@@ -18,8 +18,14 @@ from eval.transfer import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPORA = ("kjv", "sotu")
-# docs/studies/<dir> -> the first cell of its rows in the README (fig10: its linear1_abs half)
-STUDIES = {"kjv": "kjv", "sotu": "sotu", "fig10_linear1_abs": "kjv linear1_abs"}
+# docs/studies/<dir> -> the first cell of its rows in the README (fig10: its linear1_abs half),
+# the README command's --fit-window, and the presets the study compares
+STUDIES = {
+    "kjv": ("kjv", 2, {"sp", "depth_mup"}),
+    "sotu": ("sotu", 2, {"sp", "depth_mup"}),
+    "fig10_linear1_abs": ("kjv linear1_abs", 2, {"sp", "depth_mup"}),
+    "gpu_h100": ("h100", 1, {"sp", "depth_mup", "ode"}),
+}
 
 
 def _num(value: float, fmt: str) -> str:
@@ -32,18 +38,19 @@ def _ci(value: float, ci: list[float], fmt: str) -> str:
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_the_readme_headline_is_recomputed_from_the_committed_results(study):
-    # python -m eval transfer docs/studies/<study>/results.csv --fit-window 2 --shared-base sp
+    # python -m eval transfer docs/studies/<study>/results.csv --fit-window W --shared-base sp
+    label, window, presets = STUDIES[study]
     sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / study / "results.csv"), "sp")
-    analysis = analyze(sweep, window=2, n_boot=1000, boot_seed=0)
+    analysis = analyze(sweep, window=window, n_boot=1000, boot_seed=0)
     readme = (ROOT / "README.md").read_text().splitlines()
     rows = headline_rows(analysis)
-    assert {r["family"] for r in rows} == {"sp", "depth_mup"} and all(r["deepest_depth"] == 32 for r in rows)
+    assert {r["family"] for r in rows} == presets and all(r["deepest_depth"] == 32 for r in rows)
     for r in rows:
         fraction = {0.5: "mid", 1.0: "end"}[r["fraction"]]
         gap = _ci(r["loss_gap"], r["loss_gap_ci"], "+.3f") if r["loss_gap"] is not None else ""
         regret = r["regret_at_deepest"]
         cells = [
-            STUDIES[study],
+            label,
             r["family"],
             fraction,
             _ci(r["slope"], r["slope_ci"], "+.3f"),
