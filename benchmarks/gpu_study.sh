@@ -7,7 +7,8 @@
 #   bash benchmarks/gpu_study.sh part [SECONDS] # on the GPU node: the study for at most SECONDS (default 530),
 #                                               # then its state and results into $OUT; repeat until it exits 0
 #   bash benchmarks/gpu_study.sh rehearse       # here, on CPU: prepare + parts of 180 s on a CPU-sized copy,
-#                                               # the study directory wiped after every other part (a fresh node)
+#                                               # the study directory wiped after every other part (a fresh node),
+#                                               # then bench with its sizes cut
 #
 # Everything the node needs travels in one carried folder, demo_out/gpu_carry (sizes printed by
 # `prepare`): data/ (the tokenized corpus: manifest, tokenizer, .bin/.idx, no work files),
@@ -131,11 +132,16 @@ cfg['parametrization']['base_num_layers'] = 2
 cfg['optimizer']['lr'] = 2.0 ** -9
 Path('$WORK/bench_run.yaml').write_text(yaml.safe_dump(cfg, sort_keys=False))
 " || return 2
-  timeout 200 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds 3 --steps 5 \
+  local rcs=()
+  timeout 200 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
     2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
-  timeout 330 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs 8 --per-gpu 4 --rounds 2 \
-    --steps 200 --compare-mps checkpoint.interval=1000 logging.diagnostics_interval=0 \
+  rcs+=("${PIPESTATUS[0]}")
+  timeout 330 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "${BENCH_RUNS:-8}" --per-gpu 4 \
+    --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --compare-mps checkpoint.interval=1000 logging.diagnostics_interval=0 \
     2>&1 | grep -v -i warn | tee "$OUT/gpu_packing.txt" | grep -E "^(round|  |packed|\{)|MPS"
+  rcs+=("${PIPESTATUS[0]}")
+  echo "bench: run_startup exit ${rcs[0]}, gpu_packing exit ${rcs[1]}"
+  [ "${rcs[0]}" = 0 ] && [ "${rcs[1]}" = 0 ]
 }
 
 rehearse() {  # the whole sequence on CPU: a CPU-sized copy of the study, short parts, fresh and warm machines
@@ -169,8 +175,8 @@ EOF
   STUDY=${STUDY}_rehearsal
   export DEMO_ARGS="--workers 1"
   rm -rf "$WORK" "$CARRY"
-  if [ -f "demo_out/${STUDY%_rehearsal}/data/manifest.json" ]; then  # the same corpus and vocabulary, built already
-    mkdir -p "$WORK" && cp -r "demo_out/${STUDY%_rehearsal}/data" "$WORK/"
+  if [ -f "demo_out/${STUDY%_rehearsal}/data/manifest.json" ] && [ -f "demo_out/${STUDY%_rehearsal}/corpus.name" ]; then  # the same corpus and vocabulary, built already
+    mkdir -p "$WORK" && cp -r "demo_out/${STUDY%_rehearsal}"/{data,corpus.name} "$WORK/"
   fi
   prepare || return 2
   rm -rf "$WORK"  # the node's first part has only what is carried
@@ -186,7 +192,10 @@ EOF
     fi
   done
   echo "rehearsal: $n parts, last exit $rc; results in $tmp/out$n"
-  return $rc
+  [ $rc = 0 ] || return $rc
+  echo "=== bench (sizes cut for CPU)"  # its scripts' start and their children's environment, as on the node
+  BENCH_ROUNDS=1 BENCH_RUNS=4 BENCH_STEPS=10 PYTHONPATH=$tmp/site OUT=$tmp/bench bench || return 1
+  return 0
 }
 
 case ${1:-} in
