@@ -49,7 +49,9 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     skip work already done.
 
     ``out/corpus.name`` records which corpus ``out/data`` was built from: a rerun into the
-    same directory with another corpus is refused (CorpusError) instead of mixing them.
+    same directory with another corpus is refused (CorpusError) instead of mixing them. Data
+    carried from another machine without the marker is accepted when its manifest names the
+    study's corpus and vocabulary (``carried_manifest``).
     """
     marker = out / "corpus.name"
     recorded = marker.read_text().strip() if marker.is_file() else None
@@ -57,12 +59,13 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
         raise CorpusError(
             f"{out} holds a study on corpus {recorded!r} ({marker}); corpus {s.corpus!r} needs another --out"
         )
-    if recorded is None and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
+    carried = carried_manifest(out, s)  # names its corpus itself (checked): no marker needed
+    if recorded is None and carried is None and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
         raise CorpusError(f"{out / 'data'} was built before corpora were recorded (from {DEFAULT_CORPUS!r}); "
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
-    manifest = carried_manifest(out, s)
+    manifest = carried
     if manifest is None:
         from data_prep.api import build_from_texts
 

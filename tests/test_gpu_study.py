@@ -24,7 +24,7 @@ from launch.errors import LaunchError
 from runconfig import load_config
 from runconfig.schema import RunConfig, resolve
 from study.corpus import CorpusError
-from study.data import base_config, carried_manifest
+from study.data import base_config, carried_manifest, prepare_data
 from study.spec import STUDIES_DIR, load_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,8 @@ def test_bf16_on_cpu_is_refused(tmp_path):
 def _manifest(out: Path, corpus: str, vocab: int) -> None:
     (out / "data").mkdir(parents=True)
     manifest = {"config": {"input": {"paths": [f"/elsewhere/corpus/{corpus}.jsonl"]}},
-                "tokenizer": {"vocab_size": vocab}, "train": {"tokens": 5}, "valid": {"tokens": 1}}  # fmt: skip
+                "tokenizer": {"vocab_size": vocab}, "train": {"tokens": 5, "documents": 2},
+                "valid": {"tokens": 1, "documents": 1}}  # fmt: skip
     (out / "data" / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -147,6 +148,20 @@ def test_data_built_elsewhere_is_used_without_its_corpus(tmp_path):
     (tmp_path / "ok" / "corpus").mkdir()
     (tmp_path / "ok" / "corpus" / "mix.jsonl").write_text("")
     assert carried_manifest(tmp_path / "ok", s) is None  # the corpus is here: data_prep decides
+
+
+def test_carried_data_without_its_corpus_marker_is_used(tmp_path):
+    """The H100's first call got data/ without corpus.name and was refused (2026-11-25)."""
+    s = load_study("gpu_h100")
+    _manifest(tmp_path / "node", "mix", 8192)
+    assert prepare_data(tmp_path / "node", s, 1) == tmp_path / "node" / "data"
+    assert (tmp_path / "node" / "corpus.name").read_text() == "mix\n"
+    _manifest(tmp_path / "other", "kjv", 8192)  # no marker, and the manifest names another corpus
+    with pytest.raises(CorpusError, match=r"built from \['kjv.jsonl'\]"):
+        prepare_data(tmp_path / "other", s, 1)
+    (tmp_path / "bare" / "data").mkdir(parents=True)  # no marker, no manifest: which corpus is unknown
+    with pytest.raises(CorpusError, match="was built before corpora were recorded"):
+        prepare_data(tmp_path / "bare", s, 1)
 
 
 def test_gpu_study_script_parses_and_names_its_steps():
