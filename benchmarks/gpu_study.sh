@@ -44,7 +44,6 @@ prepare_data(Path('$WORK'), load_study('${STUDY_FILE:-$STUDY}'), $workers)
 " || return 2
   mkdir -p "$CARRY/data"
   cp "$WORK"/data/{manifest.json,tokenizer.model,train.bin,train.idx,valid.bin,valid.idx} "$CARRY/data/" || return 2
-  cp "$WORK/corpus.name" "$CARRY/" || return 2  # which corpus data/ holds: the study refuses data without it
   if [ -z "${SKIP_WHEELS:-}" ]; then
     mkdir -p "$CARRY/wheels"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -73,7 +72,6 @@ install() {  # the carried wheels, once per machine
 
 restore() {  # the carried data and, on a fresh machine, the study state of the last part
   mkdir -p "$WORK/data"
-  [ -e "$WORK/corpus.name" ] || cp "$CARRY/corpus.name" "$WORK/" 2>/dev/null
   for f in "$CARRY"/data/*; do [ -e "$WORK/data/$(basename "$f")" ] || cp "$f" "$WORK/data/"; done
   # the last part's state: carried (this session), else committed (an earlier session's, see the header)
   local state
@@ -175,8 +173,8 @@ EOF
   STUDY=${STUDY}_rehearsal
   export DEMO_ARGS="--workers 1"
   rm -rf "$WORK" "$CARRY"
-  if [ -f "demo_out/${STUDY%_rehearsal}/data/manifest.json" ] && [ -f "demo_out/${STUDY%_rehearsal}/corpus.name" ]; then  # the same corpus and vocabulary, built already
-    mkdir -p "$WORK" && cp -r "demo_out/${STUDY%_rehearsal}"/{data,corpus.name} "$WORK/"
+  if [ -f "demo_out/${STUDY%_rehearsal}/data/manifest.json" ]; then  # the same corpus and vocabulary, built already
+    mkdir -p "$WORK" && cp -r "demo_out/${STUDY%_rehearsal}/data" "$WORK/"
   fi
   prepare || return 2
   rm -rf "$WORK"  # the node's first part has only what is carried
