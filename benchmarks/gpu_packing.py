@@ -1,7 +1,7 @@
 """Throughput of the same runs packed several to a GPU against one at a time, on one GPU, in one call.
 
     python benchmarks/gpu_packing.py [--runs 8] [--per-gpu 4] [--rounds 2] [--steps 100]
-        [--config FILE] [--compare-mps] [--start fork|exec] [key=value ...]
+        [--config FILE] [--compare-mps] [--start fork|exec] [--time-limit S] [key=value ...]
 
 Each round runs the same ``--runs`` runs (seeds 0..runs-1 of ``--config`` with the overrides)
 as a local sweep twice: ``executor.runs_per_gpu: 1`` (one at a time) and ``runs_per_gpu:
@@ -34,6 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.deadline import Deadline, Rounds  # noqa: E402
 from launch import attempts  # noqa: E402
 from launch.__main__ import main as launch_main  # noqa: E402
 from launch.resources import visible_gpus  # noqa: E402
@@ -112,7 +113,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--start", choices=("fork", "exec"), default="fork")
     parser.add_argument("--compare-mps", action="store_true", help="also packed with executor.mps: off")
+    parser.add_argument("--time-limit", type=float, help="seconds: run fewer rounds rather than pass it")
     args, rest = parser.parse_known_args()
+    deadline = Deadline(args.time_limit)
     overrides = parse_overrides(rest)
     gpus = visible_gpus()
     if gpus:
@@ -127,14 +130,17 @@ def main() -> int:
     found: dict[str, list[dict]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for r in range(args.rounds):
+        plan = Rounds(args.rounds, deadline)
+        for r in plan:
             order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for mode in order:
                 spec = spec_file(tmp, f"{mode}{r}", args, overrides, modes[mode])
                 row = measure(spec, tmp / f"{mode}{r}")
                 found[mode].append(row)
                 print(f"round {r} {mode}: " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()), flush=True)
-    print(f"\nmedians over {args.rounds} round(s):")
+    if plan.note():
+        print(plan.note())
+    print(f"\nmedians over {plan.done} round(s):")
     med = {m: {k: statistics.median(row[k] for row in rows) for k in rows[0]} for m, rows in found.items()}
     for mode, row in med.items():
         print(f"  {mode}: " + ", ".join(f"{k} {v:,.1f}" for k, v in row.items()))
@@ -144,7 +150,7 @@ def main() -> int:
         print(f"{mode} / one_at_a_time: runs/hour x{ratio:.2f}, tokens/s summed x"
               f"{med[mode]['tokens_per_s'] / base['tokens_per_s']:.2f}, one run's own speed x"
               f"{med[mode]['run_tokens_per_s'] / base['run_tokens_per_s']:.2f}")  # fmt: skip
-    print(json.dumps({"device": device, "per_gpu": args.per_gpu, "medians": med}))
+    print(json.dumps({"device": device, "per_gpu": args.per_gpu, "rounds": plan.done, "medians": med}))
     return ExitCode.OK
 
 

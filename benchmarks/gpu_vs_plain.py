@@ -27,7 +27,10 @@ for ``--patch-rounds`` rounds (``patch_overhead``'s timing).
 ``--variant NAME:key=value,...`` adds a toolkit model built with those config overrides to the
 alternation (a lever's before/after in one call); ``bench.device_batches=true`` feeds it
 micro-batches already on the device. ``--json`` writes every number. An out-of-memory size is
-reported and skipped. On CPU the clock is the process's CPU time and MFU is not printed.
+reported and skipped. ``--time-limit S``: rounds stop when the next one (and the patched/unpatched
+rounds after them) would pass S seconds from the start, a size is not started after it; the
+rounds that ran are printed and recorded (``rounds``). On CPU the clock is the process's CPU
+time and MFU is not printed.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
+from benchmarks.deadline import Deadline, Rounds  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,13 +178,22 @@ def forward_flops_per_token(forward: Callable[[torch.Tensor], Any], seq: int, vo
 
 
 def alternate(
-    runners: list[Runner], rounds: int, steps: int, device: str, may_fail: tuple = (), failed: dict | None = None
-) -> None:
-    """``rounds`` rounds of ``steps`` steps of each runner, the order rotating each round. A runner
-    in ``may_fail`` that raises leaves the rounds (recorded in ``failed``); any other raises."""
+    runners: list[Runner],
+    rounds: int,
+    steps: int,
+    device: str,
+    may_fail: tuple = (),
+    failed: dict | None = None,
+    deadline: Deadline | None = None,
+    reserve: Callable[[], float] = lambda: 0.0,
+) -> Rounds:
+    """Up to ``rounds`` rounds of ``steps`` steps of each runner, the order rotating each round,
+    while the next round and ``reserve`` fit ``deadline``. A runner in ``may_fail`` that raises
+    leaves the rounds (recorded in ``failed``); any other raises."""
     from benchmarks.patch_overhead import timed
 
-    for r in range(rounds):
+    plan = Rounds(rounds, deadline or Deadline(None), reserve)
+    for r in plan:
         order = runners[r % len(runners) :] + runners[: r % len(runners)]
         for runner in order:
 
@@ -201,6 +214,9 @@ def alternate(
                 continue
             if device == "cuda":
                 runner.transient = max(runner.transient, torch.cuda.max_memory_allocated() - resident)
+    if plan.note():
+        print(f"  {plan.note()}")
+    return plan
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -237,6 +253,7 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     toolkit = toolkit_runner("toolkit", cfg, device, patched=True)
+    toolkit_build_s = time.perf_counter() - t0
     runners = [toolkit]
     failed: dict[str, str] = {}
     for name, overrides in variants:
@@ -279,9 +296,19 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         torch.cuda.synchronize()
         out["resident_gib"] = torch.cuda.memory_allocated() / 2**30  # every model's weights and optimizer state
     out["setup_s"] = time.perf_counter() - t0
+    toolkit_times = toolkit.times  # (the closure must not see `toolkit`, deleted below)
+
+    def patch_reserve() -> float:  # the unpatched model's build and warm-up, and its rounds with the patched one
+        step_s = statistics.median(toolkit_times)
+        return toolkit_build_s + args.warmup * step_s + args.patch_rounds * 2 * args.steps * step_s
+
     t0 = time.perf_counter()
-    alternate(runners, args.rounds, args.steps, device, may_fail=tuple(runners[2:]), failed=failed)
+    plan = alternate(
+        runners, args.rounds, args.steps, device, tuple(runners[2:]), failed, args.deadline,
+        patch_reserve if args.patch_rounds else lambda: 0.0,
+    )  # fmt: skip
     out["timed_s"] = time.perf_counter() - t0
+    out["rounds"] = plan.done
     if cuda:  # the most allocated at once during the timed rounds: every model resident + one step's
         out["peak_memory_gib"] = out["resident_gib"] + max(r.transient for r in runners) / 2**30
 
@@ -305,7 +332,7 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
             [t / v for t, v in zip(toolkit.times, r.times)]
         )
     print(f"== {label}: {out['params']['toolkit'] / 1e6:.1f}M parameters, micro-batch {out['micro_batch']}, "
-          f"{tokens_per_step} tokens/step, {args.rounds} rounds x {args.steps} steps "
+          f"{tokens_per_step} tokens/step, {plan.done} rounds x {args.steps} steps "
           f"(setup {out['setup_s']:.0f} s, timed {out['timed_s']:.0f} s"
           + (f", resident {out['resident_gib']:.1f} GiB, peak {out['peak_memory_gib']:.1f} GiB)" if cuda else ")"))  # fmt: skip
     for name, rep in out["models"].items():
@@ -334,16 +361,17 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         unpatched = toolkit_runner("unpatched", cfg, device, patched=False)
         for _ in range(args.warmup):
             unpatched.step(unpatched.data)
-        alternate([patched, unpatched], args.patch_rounds, args.steps, device)
+        patch_plan = alternate([patched, unpatched], args.patch_rounds, args.steps, device, deadline=args.deadline)
         ratios = [p / u for p, u in zip(patched.times, unpatched.times)]
         out["patched_over_unpatched"] = {
+            "rounds": patch_plan.done,
             "step_s_patched": patched.times,
             "step_s_unpatched": unpatched.times,
             "ratio_of_medians": statistics.median(patched.times) / statistics.median(unpatched.times),
             "per_round": spread(ratios),
         }
         p = out["patched_over_unpatched"]
-        print(f"  patched/unpatched step time over {args.patch_rounds} rounds: ratio of medians "
+        print(f"  patched/unpatched step time over {patch_plan.done} rounds: ratio of medians "
               f"{p['ratio_of_medians']:.4f}, per round median {p['per_round']['median']:.4f} "
               f"[{p['per_round']['min']:.4f} .. {p['per_round']['max']:.4f}]")  # fmt: skip
         del unpatched, patched
@@ -369,7 +397,15 @@ def main(argv: list[str] | None = None) -> ExitCode:
     parser.add_argument("--override", action="append", default=[], help="key=value for every model of every size")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--json", type=Path, help="write every number here")
+    parser.add_argument(
+        "--time-limit", type=float, help="seconds: run fewer rounds rather than pass it (see deadline.py)"
+    )
     args = parser.parse_args(argv)
+    try:
+        args.deadline = Deadline(args.time_limit)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     sizes = [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
@@ -391,7 +427,11 @@ def main(argv: list[str] | None = None) -> ExitCode:
     try:
         for size in sizes:
             try:
-                results["sizes"].append(run_size(size, args, variants))
+                if args.deadline.left() <= 0:
+                    print(f"== {size}: not started, the time limit ({args.time_limit:.0f} s) has passed")
+                    results["sizes"].append({"size": size, "error": "time limit"})
+                else:
+                    results["sizes"].append(run_size(size, args, variants))
             except torch.cuda.OutOfMemoryError as exc:
                 print(f"== {size}: out of GPU memory ({str(exc).splitlines()[0][:160]}); skipped")
                 results["sizes"].append({"size": size, "error": "out of memory"})

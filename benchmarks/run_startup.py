@@ -1,7 +1,7 @@
 """Where a short run's start-up goes (imports, model build, first step), and what the warm
 fork server saves, on CPU or GPU.
 
-    python benchmarks/run_startup.py [--rounds 3] [--steps 3] [--config FILE] [key=value ...]
+    python benchmarks/run_startup.py [--rounds 3] [--steps 3] [--config FILE] [--time-limit S] [key=value ...]
     python benchmarks/run_startup.py --config configs/studies/gpu_h100_run.yaml parallel.device=cuda  # on a GPU
 
 1. Phases, in a fresh interpreter per round (what ``executor.start: exec`` pays per run): the
@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.deadline import Deadline, Rounds  # noqa: E402
 from launch.processes import with_repo_on_path  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
@@ -121,8 +122,10 @@ def main() -> ExitCode:
     parser.add_argument("--config", default=str(REPO / "configs" / "tiny_cpu.yaml"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3, help="training steps per run (>= 2)")
+    parser.add_argument("--time-limit", type=float, help="seconds: run fewer rounds rather than pass it")
     parser.add_argument("--phases-child", action="store_true", help=argparse.SUPPRESS)
     args, overrides = parser.parse_known_args()
+    deadline = Deadline(args.time_limit)  # from the start: the fork server's start counts against it
     if args.phases_child:
         phases_child(args.config, overrides, args.steps)
         return ExitCode.OK
@@ -140,7 +143,8 @@ def main() -> ExitCode:
     print(f"fork server ready in {time.time() - t:.2f} s (once per executor)", flush=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for r in range(args.rounds):
+        plan = Rounds(args.rounds, deadline)
+        for r in plan:
             row = run_phases(args.config, overrides, max(2, args.steps), tmp / f"phases{r}")
             phases.append(row)
             print("phases " + " ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
@@ -150,11 +154,13 @@ def main() -> ExitCode:
                 print(f"round {r} {mode}: " + " ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                                        for k, v in end.items()), flush=True)  # fmt: skip
         _SERVER.close()
+    if plan.note():
+        print(plan.note())
 
     def med(rows: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rows if r.get(key) is not None)
 
-    print(f"\nmedians over {args.rounds} rounds ({phases[0]['device']}):")
+    print(f"\nmedians over {plan.done} rounds ({phases[0]['device']}):")
     print("  fresh process: " + ", ".join(f"{k} {med(phases, k):.2f} s" for k in phases[0] if k != "device"))
     if any("refused" in e for e in ends["fork"]):
         print(f"  fork refused: {ends['fork'][0].get('refused')}")

@@ -441,6 +441,15 @@ def test_packing_benchmark_measures_the_gain_on_cpu():
     assert f"packed / one_at_a_time: runs/hour x{ratio:.2f}" in out
 
 
+def test_packing_benchmark_under_a_time_limit_runs_fewer_rounds_and_still_reports():
+    """A round takes seconds here; a 1 s limit lets the first run and stops before the second."""
+    env = env_with(DEPTHMUP_TRAIN_CMD=FAKE_TRAIN_CMD, FAKE_STEP_SECONDS="0.1", CUDA_VISIBLE_DEVICES="")
+    out, result = _benchmark(["--steps", "6", "--start", "exec", "--rounds", "3", "--time-limit", "1"], env)
+    assert result["rounds"] == 1 and set(result["medians"]) == {"one_at_a_time", "packed"}
+    assert "time limit (1 s): 1 of 3 rounds ran" in out and "medians over 1 round(s)" in out
+    assert "round 1 " not in out
+
+
 @pytest.mark.slow
 def test_packing_benchmark_runs_the_real_trainer_on_cpu():
     env = env_with(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")

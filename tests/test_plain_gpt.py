@@ -67,7 +67,8 @@ def test_harness_trains_both_models_on_cpu(tmp_path):
     sequence 64, vocabulary 256, micro-batch 2, 2 micro-batches per step)."""
     out = tmp_path / "out.json"
     cmd = [sys.executable, "benchmarks/gpu_vs_plain.py", "--device", "cpu", "--tiny", "--sizes", "124m",
-           "--rounds", "3", "--steps", "2", "--warmup", "2", "--patch-rounds", "2", "--json", str(out)]  # fmt: skip
+           "--rounds", "3", "--steps", "2", "--warmup", "2", "--patch-rounds", "2", "--json", str(out),
+           "--time-limit", "900"]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     (size,) = json.loads(out.read_text())["sizes"]
@@ -79,6 +80,7 @@ def test_harness_trains_both_models_on_cpu(tmp_path):
     # tiny shape, 64 positions: embedding and output 2*256*64, 2 layers of 49408, final norm 128
     assert size["params"] == {"toolkit": HAND_PARAMS, "plain": HAND_PARAMS}
     assert size["tokens_per_step"] == 4 * 64
+    assert size["rounds"] == 3  # the time limit (with its reserve for the patch rounds) cut none
     for name in ("toolkit", "plain"):
         model = size["models"][name]
         assert len(model["step_s"]) == 3 and all(t > 0 for t in model["step_s"])
@@ -90,8 +92,21 @@ def test_harness_trains_both_models_on_cpu(tmp_path):
     per_round = [p / t for t, p in zip(size["models"]["toolkit"]["step_s"], size["models"]["plain"]["step_s"])]
     assert ratio["median"] == pytest.approx(sorted(per_round)[1])
     patch = size["patched_over_unpatched"]
-    assert len(patch["step_s_patched"]) == len(patch["step_s_unpatched"]) == 2
+    assert len(patch["step_s_patched"]) == len(patch["step_s_unpatched"]) == patch["rounds"] == 2
     assert "toolkit/plain tokens/s: median" in done.stdout
+
+
+def test_harness_past_its_time_limit_starts_no_size_and_says_so(tmp_path):
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "benchmarks/gpu_vs_plain.py", "--device", "cpu", "--tiny", "--sizes", "124m,350m",
+           "--json", str(out), "--time-limit", "0.001"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text())["sizes"] == [
+        {"size": "124m", "error": "time limit"},
+        {"size": "350m", "error": "time limit"},
+    ]
+    assert "== 350m: not started, the time limit (0 s) has passed" in done.stdout
 
 
 @pytest.mark.gpu

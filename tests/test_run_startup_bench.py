@@ -35,7 +35,7 @@ def test_every_process_of_the_startup_benchmark_sees_the_callers_pythonpath(tmp_
     )
     # as benchmarks/gpu_study.sh sets it on the GPU node: the carried packages, then the repo
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "benchmarks/run_startup.py", "--config", str(TINY), "--rounds", "1",
+    out = subprocess.run([sys.executable, "benchmarks/run_startup.py", "--config", str(TINY), "--rounds", "1", "--time-limit", "900",
                           "--steps", "2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     argvs = [p.read_text() for p in marks.iterdir()]

@@ -1,0 +1,57 @@
+"""benchmarks/deadline.py: a benchmark under a time limit runs fewer rounds, never one past it."""
+
+import pytest
+
+from benchmarks import deadline as dl
+
+
+class Clock:
+    """time.monotonic for the module under test; each round advances it by a planted duration."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(dl.time, "monotonic", c)
+    return c
+
+
+def test_rounds_stop_before_the_one_that_would_pass_the_limit(clock):
+    plan = dl.Rounds(10, dl.Deadline(100.0))
+    ran = []
+    for r in plan:
+        ran.append(r)
+        clock.now += [20, 30, 25, 10, 10, 10, 10, 10, 10, 10][r]
+    # after 3 rounds 75 s have passed, 25 s are left, the longest round took 30: a fourth would not fit
+    assert ran == [0, 1, 2] and plan.done == 3 and plan.stopped_early
+    assert plan.note() == "time limit (100 s): 3 of 10 rounds ran"
+
+
+def test_a_reserve_for_what_follows_the_rounds_is_kept(clock):
+    plan = dl.Rounds(10, dl.Deadline(100.0), reserve=lambda: 40.0)
+    for _ in plan:
+        clock.now += 20
+    # after 2 rounds 60 s are left: 20 for another and 40 kept; after 3, 40 left: stop
+    assert plan.done == 3
+
+
+def test_the_first_round_runs_even_past_the_limit_and_no_limit_runs_all(clock):
+    plan = dl.Rounds(4, dl.Deadline(1.0))
+    for _ in plan:
+        clock.now += 50
+    assert plan.done == 1 and plan.stopped_early
+    unlimited = dl.Rounds(4, dl.Deadline(None))
+    for _ in unlimited:
+        clock.now += 1e6
+    assert unlimited.done == 4 and unlimited.note() == ""
+
+
+def test_a_limit_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match="--time-limit must be positive, got 0"):
+        dl.Deadline(0)
