@@ -34,7 +34,7 @@ from megatron.core import parallel_state
 from patches.rules import ResolvedParametrization
 from runconfig.schema import RunConfig
 from training.optim import CpuOptimizer
-from training.pipeline import CpuPipeline, token_loss_forward_step
+from training.pipeline import CpuPipeline, Schedule
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,6 @@ class GpuBackend:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
         from megatron.core.optimizer import get_megatron_optimizer
-        from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
         from megatron.core.transformer.module import Float16Module
 
         import patches
@@ -215,9 +214,7 @@ class GpuBackend:
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
         self.config = config
-        self.forward_backward = get_forward_backward_func()
-        self.seq_length = cfg.model.seq_length
-        self.micro_batch_size = cfg.training.micro_batch_size
+        self.schedule = Schedule(cfg.model.seq_length, cfg.training.micro_batch_size, device="cuda")
         self.layout = _layout()
 
     @property
@@ -225,17 +222,7 @@ class GpuBackend:
         return self.optimizer.param_groups
 
     def _run(self, micro_batches: list[dict[str, torch.Tensor]], forward_only: bool) -> float:
-        stats = torch.zeros(2, dtype=torch.float64, device="cuda")
-        self.forward_backward(
-            forward_step_func=token_loss_forward_step(stats, lambda t: t.cuda(non_blocking=True)),
-            data_iterator=iter(micro_batches),
-            model=[self.model],
-            num_microbatches=len(micro_batches),
-            seq_length=self.seq_length,
-            micro_batch_size=self.micro_batch_size,
-            decoder_seq_length=self.seq_length,
-            forward_only=forward_only,
-        )
+        stats = self.schedule.run(self.model, micro_batches, forward_only, lambda t: t.cuda(non_blocking=True))
         dist.all_reduce(stats)
         return float(stats[0] / stats[1]) if stats[1] > 0 else float("nan")
 

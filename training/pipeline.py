@@ -165,12 +165,45 @@ def token_loss_forward_step(
     return forward_step
 
 
+class Schedule:
+    """megatron's forward-backward schedule with :func:`token_loss_forward_step`: one pass over a
+    step's micro-batches, as both backends run it (the GPU path's, and the CPU pipeline's with
+    its CPU communicator and process groups in ``extra``). Reads the pipeline size when built."""
+
+    def __init__(self, seq_length: int, micro_batch_size: int, device: str = "cpu", **extra: Any) -> None:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        self.forward_backward = get_forward_backward_func()
+        self.seq_length, self.micro_batch_size, self.device, self.extra = seq_length, micro_batch_size, device, extra
+
+    def run(
+        self,
+        model: torch.nn.Module,
+        micro_batches: list[dict[str, torch.Tensor]],
+        forward_only: bool,
+        move: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+    ) -> torch.Tensor:
+        """This rank's (token-loss sum, token count); zeros on pipeline stages but the last."""
+        stats = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.forward_backward(
+            forward_step_func=token_loss_forward_step(stats, move),
+            data_iterator=iter(micro_batches),
+            model=[model],
+            num_microbatches=len(micro_batches),
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            decoder_seq_length=self.seq_length,
+            forward_only=forward_only,
+            **self.extra,
+        )
+        return stats
+
+
 class CpuPipeline:
     """One pipeline-parallel step through megatron's schedule on the CPU (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module, seq_length: int, micro_batch_size: int) -> None:
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
-        from megatron.core.pipeline_parallel import get_forward_backward_func
 
         self.stage = CpuStage(model)
         config = model.config
@@ -180,27 +213,15 @@ class CpuPipeline:
         config.finalize_model_grads_func = finalize_model_grads
         config.no_sync_func = None  # nothing to defer: finish_grad_sync reduces once per step
         config.grad_scale_func = None
-        self.forward_backward = get_forward_backward_func()
-        self.p2p = CpuP2PCommunicator(parallel_state.get_pipeline_model_parallel_group(), config)
-        self.groups = ProcessGroupCollection.use_mpu_process_groups(required_pgs=SCHEDULE_GROUPS)
-        self.seq_length = seq_length
-        self.micro_batch_size = micro_batch_size
+        self.schedule = Schedule(
+            seq_length,
+            micro_batch_size,
+            p2p_communicator=CpuP2PCommunicator(parallel_state.get_pipeline_model_parallel_group(), config),
+            pg_collection=ProcessGroupCollection.use_mpu_process_groups(required_pgs=SCHEDULE_GROUPS),
+        )
 
     def run(self, micro_batches: list[dict[str, torch.Tensor]], forward_only: bool) -> torch.Tensor:
         """Forward (and backward) of this rank's micro-batches; returns this rank's
         (token-loss sum, token count), non-zero on the last stage only."""
-        stats = torch.zeros(2, dtype=torch.float64)
         with cuda_placements_on_cpu():
-            self.forward_backward(
-                forward_step_func=token_loss_forward_step(stats),
-                data_iterator=iter(micro_batches),
-                model=[self.stage],
-                num_microbatches=len(micro_batches),
-                seq_length=self.seq_length,
-                micro_batch_size=self.micro_batch_size,
-                decoder_seq_length=self.seq_length,
-                forward_only=forward_only,
-                p2p_communicator=self.p2p,
-                pg_collection=self.groups,
-            )
-        return stats
+            return self.schedule.run(self.stage, micro_batches, forward_only)
