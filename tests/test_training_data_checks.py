@@ -251,3 +251,25 @@ def test_the_vocabulary_check_reads_a_bounded_sample(tmp_path, monkeypatch):
     tokens.flush()
     with pytest.raises(ValueError, match=r"k: .*p.bin holds token id 9999, outside the vocabulary"):
         data.check_indexed_dataset(str(prefix), "k", VOCAB)
+
+
+def test_data_identity_reads_each_index_header_once_through_the_checked_reader(tmp_path):
+    """The identity a checkpoint stores: per prefix the .idx header's dtype code and counts (read
+    by hand here with struct) and the file sizes; a file that is no megatron index is refused
+    with the key and the file, as the dataset check refuses it."""
+    from types import SimpleNamespace
+
+    from training.data import data_identity
+
+    tokenizer = SimpleNamespace(unique_identifiers={"identity": "tok"})
+    out = good(tmp_path / "good")
+    identity = data_identity(tiny_config(f"data.manifest={out}"), tokenizer)
+    for split in ("train", "valid"):
+        code, sequences, documents = idx_layout(out / f"{split}.idx")
+        sizes = [(out / f"{split}.bin").stat().st_size, (out / f"{split}.idx").stat().st_size]
+        assert identity[split] == [[split, code, sequences, documents, *sizes]]
+    assert identity["tokenizer"] == "tok"
+    bad = tmp_path / "bad"
+    corrupt_idx(bad)
+    with pytest.raises(ValueError, match=r"data.manifest: .*bad/train.idx is not a megatron index"):
+        data_identity(tiny_config(f"data.manifest={bad}"), tokenizer)

@@ -115,6 +115,16 @@ VOCAB_SAMPLE_TOKENS = 1 << 20  # token ids read per prefix for the vocabulary ch
 _CHUNK = 1 << 20  # sequences per vectorized pass over the index
 
 
+def read_idx_header(idx: Path, key: str) -> tuple[int, int, int, int]:
+    """A megatron ``.idx`` file's fixed header: (version, dtype code, sequences, documents)."""
+    with idx.open("rb") as fh:
+        head = fh.read(_IDX_FIXED.size)
+    if len(head) < _IDX_FIXED.size or head[: len(_INDEX_HEADER)] != _INDEX_HEADER:
+        raise ValueError(f"{key}: {idx} is not a megatron index (no {_INDEX_HEADER!r} header)")
+    _, version, code, sequences, documents = _IDX_FIXED.unpack(head)
+    return version, code, sequences, documents
+
+
 def check_indexed_dataset(prefix: str, key: str, vocab_size: int) -> np.ndarray:
     """Check one megatron ``.bin/.idx`` pair before megatron reads it; return its sequence lengths.
 
@@ -128,11 +138,7 @@ def check_indexed_dataset(prefix: str, key: str, vocab_size: int) -> np.ndarray:
     for path in (bin_, idx):
         if not path.is_file():
             raise ValueError(f"{key}: {path} does not exist")
-    with idx.open("rb") as fh:
-        head = fh.read(_IDX_FIXED.size)
-    if len(head) < _IDX_FIXED.size or head[: len(_INDEX_HEADER)] != _INDEX_HEADER:
-        raise ValueError(f"{key}: {idx} is not a megatron index (no {_INDEX_HEADER!r} header)")
-    _, version, code, n, bounds = _IDX_FIXED.unpack(head)
+    version, code, n, bounds = read_idx_header(idx, key)
     if version != 1:
         raise ValueError(f"{key}: {idx} has index version {version}; megatron reads version 1")
     try:
@@ -216,16 +222,15 @@ def data_identity(cfg: RunConfig, tokenizer: TokenizerInfo) -> dict[str, Any]:
         return {"mock": True, "tokenizer": tokenizer.unique_identifiers["identity"]}
     train, valid, train_w, valid_w = _prefixes(cfg)
 
-    def files(prefix: str) -> list[Any]:
+    def files(prefix: str, key: str) -> list[Any]:
         idx, bin_ = Path(get_idx_path(prefix)), Path(get_bin_path(prefix))
-        with idx.open("rb") as fh:
-            _, _, code, sequences, documents = _IDX_FIXED.unpack(fh.read(_IDX_FIXED.size))
+        _, code, sequences, documents = read_idx_header(idx, key)
         return [Path(prefix).name, code, sequences, documents, bin_.stat().st_size, idx.stat().st_size]
 
     return {
         "tokenizer": tokenizer.unique_identifiers["identity"],
-        "train": [files(p) for p in train],
-        "valid": [files(p) for p in valid],
+        "train": [files(p, "data.manifest" if cfg.data.manifest else "data.train_prefixes") for p in train],
+        "valid": [files(p, "data.manifest" if cfg.data.manifest else "data.valid_prefixes") for p in valid],
         "train_weights": train_w,
         "valid_weights": valid_w,
     }
