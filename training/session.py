@@ -112,13 +112,20 @@ class Session:
         return self.placement.device
 
 
+def changed_keys(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """Each flattened config key whose value differs: ``key -> (old, new)``, sorted by key."""
+    a, b = flatten(old), flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
 def config_differences(old: dict, new: dict, allowed: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
     """``key: old -> new`` for each config key that differs, but those ``allowed`` to (prefixes)."""
-    a, b = flatten(old), flatten(new)
+    return _disallowed(changed_keys(old, new), allowed)
+
+
+def _disallowed(changed: dict[str, tuple[Any, Any]], allowed: tuple[str, ...]) -> list[str]:
     return [
-        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
-        for k in sorted(set(a) | set(b))
-        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p) for p in allowed)
+        f"{k}: {o!r} -> {n!r}" for k, (o, n) in changed.items() if not any(k == p or k.startswith(p) for p in allowed)
     ]
 
 
@@ -343,12 +350,10 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
             f"{ckpt}: the resolved parametrization differs from the checkpoint's; refusing to resume:\n  "
             + "\n  ".join(diffs[:20])
         )
-    a, b = flatten(common["config"]), flatten(config_dict)
-    moved = [k for k in DATA_LOCATION_KEYS if a.get(k) != b.get(k)]
+    changed = changed_keys(common["config"], config_dict)
+    moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
-    diffs = config_differences(
-        common["config"], config_dict, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
-    )
+    diffs = _disallowed(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))
     if diffs:
         if moved and "data" not in common:
             diffs.append("(the data moved; this checkpoint predates the record of what its data is, so it cannot tell)")
