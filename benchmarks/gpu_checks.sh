@@ -90,9 +90,11 @@ case $stage in
   a)
     echo "=== pytest -m gpu (kernel choices, run and resume, throughput switches, plain GPT parity)"
     workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
+    # -v: one line per test as it ends, so a time limit that stops pytest still leaves each finished result
     # shellcheck disable=SC2086
-    timeout "$(part 45)" python3 -m pytest -m gpu $workers -q -p no:cacheprovider -rA > "$OUT/pytest_gpu.log" 2>&1
-    grep -E "PASSED|FAILED|ERROR|passed|failed|skipped" "$OUT/pytest_gpu.log" | tail -14
+    timeout "$(part 45)" python3 -m pytest -m gpu $workers -v -p no:cacheprovider -rfE > "$OUT/pytest_gpu.log" 2>&1
+    echo "pytest exit $? (124: the time limit)"
+    grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|skipped" "$OUT/pytest_gpu.log" | tail -14
     echo "=== 124M: toolkit vs plain, megatron's RoPE alongside; patched/unpatched"
     vs_plain "$(part 53)" vs_plain_124m --sizes 124m --rounds 10 --steps 2 --patch-rounds 10 \
       --variant rope_megatron:model.rope_impl=megatron

@@ -131,13 +131,16 @@ Path('$WORK/bench_run.yaml').write_text(yaml.safe_dump(cfg, sort_keys=False))
 " || return 2
   # BUDGET seconds in all (default 530), 38% and 62%; each script stops between its rounds before its
   # share ends (inner_limit), so a short budget gives fewer rounds, not a cut one
-  local rcs=() budget=${BUDGET:-530} t1 t2
+  # a packing round of 8 runs takes about 150 s on an H100 (the study's L=8 loop, forked starts):
+  # under 400 s of budget the rounds have 4 runs, one packed wave against four one at a time
+  local rcs=() budget=${BUDGET:-530} t1 t2 runs
   t1=$((budget * 38 / 100))
   t2=$((budget - t1))
+  runs=${BENCH_RUNS:-$([ "$budget" -ge 400 ] && echo 8 || echo 4)}
   timeout $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
     --time-limit "$(inner_limit $t1)" 2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
   rcs+=("${PIPESTATUS[0]}")
-  timeout $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "${BENCH_RUNS:-8}" --per-gpu 4 \
+  timeout $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "$runs" --per-gpu 4 \
     --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --time-limit "$(inner_limit $t2)" --compare-mps \
     checkpoint.interval=1000 logging.diagnostics_interval=0 \
     2>&1 | grep -v -i warn | tee "$OUT/gpu_packing.txt" | grep -E "^(round|  |packed|\{)|MPS"
