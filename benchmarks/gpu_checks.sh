@@ -63,6 +63,7 @@ print(f'{sys.argv[1]}: {bad}') if bad else None
 sys.exit(1 if bad else 0)" "$f" || bad=1
     done
   done
+  python3 benchmarks/gpu_goals.py "$tmp/a" "$tmp/b" "$tmp/c" > "$tmp/goals.md" || { echo "gpu_goals.py failed"; bad=1; }
   echo "rehearsal: $([ $bad = 0 ] && echo "every step ran" || echo "FAILED"); files under $tmp"
   return $bad
 }

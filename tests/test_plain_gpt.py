@@ -62,10 +62,11 @@ def test_plain_gpt_has_the_toolkit_models_parameter_count(megatron):
     assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in model.parameters()) == HAND_PARAMS
 
 
-def test_harness_trains_both_models_on_cpu(tmp_path):
+def test_harness_trains_both_models_on_cpu(tmp_path, capsys):
     """benchmarks/gpu_vs_plain.py end to end at its tiny shape (2 layers, width 64, 4 heads,
-    sequence 64, vocabulary 256, micro-batch 2, 2 micro-batches per step)."""
-    out = tmp_path / "out.json"
+    sequence 64, vocabulary 256, micro-batch 2, 2 micro-batches per step); benchmarks/gpu_goals.py
+    reads what it wrote."""
+    out = tmp_path / "vs_plain_124m.json"
     cmd = [sys.executable, "benchmarks/gpu_vs_plain.py", "--device", "cpu", "--tiny", "--sizes", "124m",
            "--rounds", "3", "--steps", "2", "--warmup", "2", "--patch-rounds", "2", "--json", str(out),
            "--time-limit", "900"]  # fmt: skip
@@ -94,6 +95,13 @@ def test_harness_trains_both_models_on_cpu(tmp_path):
     patch = size["patched_over_unpatched"]
     assert len(patch["step_s_patched"]) == len(patch["step_s_unpatched"]) == patch["rounds"] == 2
     assert "toolkit/plain tokens/s: median" in done.stdout
+    from benchmarks import gpu_goals
+
+    assert gpu_goals.main([str(tmp_path)]) == 0
+    report = capsys.readouterr().out
+    assert f"| toolkit/plain tokens/s | 124m | {ratio['median']:.3f} | >= 1.0 |" in report
+    assert f"| patched/unpatched step time | 124m | {patch['ratio_of_medians']:.3f} | <= 1.01 |" in report
+    assert "| toolkit MFU | 124m | not measured |" in report  # no MFU on CPU
 
 
 def test_harness_past_its_time_limit_starts_no_size_and_says_so(tmp_path):
