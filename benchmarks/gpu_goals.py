@@ -102,9 +102,10 @@ def goal_rows(found: dict[str, dict]) -> list[str]:
         value, source = got
         met = value >= goal if side == "min" else value <= goal
         gap = (goal - value) if side == "min" else (value - goal)
+        word = "short" if side == "min" else "over"
         rows.append(
             f"| {what} | {size} | {value:.3f} | {sign} {goal} | {'yes' if met else 'no'} | "
-            f"{'-' if met else f'{gap:.3f} short ({gap / goal:.0%} of the goal)'} | {source} |"
+            f"{'-' if met else f'{gap:.3f} {word} ({gap / goal:.0%} of the goal)'} | {source} |"
         )
     return rows
 

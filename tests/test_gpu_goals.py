@@ -29,11 +29,11 @@ def write(path, *sizes):
     path.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "sizes": list(sizes)}))
 
 
-def test_goals_are_judged_from_the_medians_with_the_shortfall(tmp_path, capsys):
+def test_goals_are_judged_from_the_medians_with_the_shortfall(tmp_path, capsys, monkeypatch):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     write(a / "vs_plain_124m.json", size("124m", 0.9, 0.30, patch=1.004))
-    write(b / "vs_plain_350m.json", size("350m", 1.02, 0.40))
+    write(a / "vs_plain_350m.json", size("350m", 1.02, 0.40, patch=1.03))
     write(b / "vs_plain_1b.json", {"size": "1b", "error": "out of memory"})
     write(
         b / "levers_124m.json",
@@ -53,6 +53,12 @@ def test_goals_are_judged_from_the_medians_with_the_shortfall(tmp_path, capsys):
     assert "| toolkit/plain tokens/s | 350m | 1.020 | >= 1.0 | yes | - | vs_plain_350m, 10 rounds |" in out
     assert "| toolkit/plain tokens/s | 1b | not measured | >= 1.0 | - | - | |" in out
     assert "| patched/unpatched step time | 124m | 1.004 | <= 1.01 | yes | - |" in out
+    over = ("patched/unpatched step time", "350m", "patch", 1.01, "max")  # planted: 1.03, over the bound
+    monkeypatch.setattr(gpu_goals, "GOALS", [over])
+    assert gpu_goals.main([str(a)]) == 0
+    assert "| patched/unpatched step time | 350m | 1.030 | <= 1.01 | no | 0.020 over (2% of the goal) |" in (
+        capsys.readouterr().out
+    )
     assert "| levers_124m | 124m | compile | 1.100 [1.020 .. 1.200] | yes |" in out
     assert "| levers_124m | 124m | mb16 | 1.050 [0.980 .. 1.100] | no |" in out
     assert "| levers_124m | 124m | cuda_graphs | left out: RuntimeError: capture failed | - |" in out
