@@ -4,9 +4,10 @@
 # per machine into /tmp/site, which goes on PYTHONPATH ahead of the repo (children inherit both:
 # launch.processes.with_repo_on_path keeps them).
 use_carried_wheels() {  # use_carried_wheels DIR...: the wheels of the first DIR that has any
-  local dir
+  local dir wheels
   for dir in "$@"; do
-    if compgen -G "$dir/*.whl" > /dev/null; then
+    wheels=("$dir"/*.whl)
+    if [ -e "${wheels[0]}" ]; then
       if [ ! -d /tmp/site/megatron ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
           "$dir"/*.whl || return 2
