@@ -30,7 +30,7 @@ def test_every_stage_runs_and_writes_its_files_on_cpu():
 def test_a_budget_too_short_for_the_steps_fails_and_names_what_is_missing():
     done = rehearse(8)  # every step's share is a few seconds: killed, or past its time limit at the start
     assert done.returncode == 1
-    assert "stage a: pytest_gpu.log missing or empty" in done.stdout
+    assert "pytest exit 124 (124: the time limit)" in done.stdout and "stage a: a step failed" in done.stdout
     assert "a/vs_plain_124m.json: [{'size': '124m', 'error': 'time limit'}]" in done.stdout
     assert "stage b: vs_plain_1b.json missing or empty" in done.stdout
     assert "stage c: copies_megatron.txt missing or empty" in done.stdout
