@@ -7,7 +7,24 @@ time is short, print and record how many they ran, and end with their summary.
 
 from __future__ import annotations
 
+import argparse
 import time
+
+
+def time_limit(text: str) -> float:
+    """argparse type of ``--time-limit``: positive seconds (argparse exits 2 naming the option)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return seconds
+
+
+def add_time_limit(parser: argparse.ArgumentParser) -> None:
+    """``--time-limit S``, as every benchmark that runs rounds takes it."""
+    parser.add_argument("--time-limit", type=time_limit, help="seconds: run fewer rounds rather than pass it")
 
 
 class Deadline:

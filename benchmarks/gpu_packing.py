@@ -34,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.deadline import Deadline, Rounds  # noqa: E402
+from benchmarks.deadline import Deadline, Rounds, add_time_limit  # noqa: E402
 from launch import attempts  # noqa: E402
 from launch.__main__ import main as launch_main  # noqa: E402
 from launch.resources import visible_gpus  # noqa: E402
@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--start", choices=("fork", "exec"), default="fork")
     parser.add_argument("--compare-mps", action="store_true", help="also packed with executor.mps: off")
-    parser.add_argument("--time-limit", type=float, help="seconds: run fewer rounds rather than pass it")
+    add_time_limit(parser)
     args, rest = parser.parse_known_args()
     deadline = Deadline(args.time_limit)
     overrides = parse_overrides(rest)

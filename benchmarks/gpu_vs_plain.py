@@ -52,7 +52,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-from benchmarks.deadline import Deadline, Rounds  # noqa: E402
+from benchmarks.deadline import Deadline, Rounds, add_time_limit  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -401,15 +401,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
     parser.add_argument("--override", action="append", default=[], help="key=value for every model of every size")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--json", type=Path, help="write every number here")
-    parser.add_argument(
-        "--time-limit", type=float, help="seconds: run fewer rounds rather than pass it (see deadline.py)"
-    )
+    add_time_limit(parser)
     args = parser.parse_args(argv)
-    try:
-        args.deadline = Deadline(args.time_limit)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    args.deadline = Deadline(args.time_limit)
     sizes = [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.deadline import Deadline, Rounds  # noqa: E402
+from benchmarks.deadline import Deadline, Rounds, add_time_limit  # noqa: E402
 from launch.processes import with_repo_on_path  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
@@ -122,7 +122,7 @@ def main() -> ExitCode:
     parser.add_argument("--config", default=str(REPO / "configs" / "tiny_cpu.yaml"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3, help="training steps per run (>= 2)")
-    parser.add_argument("--time-limit", type=float, help="seconds: run fewer rounds rather than pass it")
+    add_time_limit(parser)
     parser.add_argument("--phases-child", action="store_true", help=argparse.SUPPRESS)
     args, overrides = parser.parse_known_args()
     deadline = Deadline(args.time_limit)  # from the start: the fork server's start counts against it

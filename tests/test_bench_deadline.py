@@ -55,3 +55,17 @@ def test_the_first_round_runs_even_past_the_limit_and_no_limit_runs_all(clock):
 def test_a_limit_that_is_not_positive_is_refused():
     with pytest.raises(ValueError, match="--time-limit must be positive, got 0"):
         dl.Deadline(0)
+
+
+@pytest.mark.parametrize("script", ["gpu_vs_plain.py", "gpu_packing.py", "run_startup.py"])
+def test_a_bad_time_limit_is_exit_2_naming_the_option(script):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    for value, why in (("0", "must be positive, got 0"), ("soon", "expected seconds, got 'soon'")):
+        done = subprocess.run([sys.executable, f"benchmarks/{script}", "--time-limit", value], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[-1] == f"{script}: error: argument --time-limit: {why}"
