@@ -59,13 +59,12 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
         raise CorpusError(
             f"{out} holds a study on corpus {recorded!r} ({marker}); corpus {s.corpus!r} needs another --out"
         )
-    carried = carried_manifest(out, s)  # names its corpus itself (checked): no marker needed
-    if recorded is None and carried is None and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
+    manifest = carried_manifest(out, s)  # data carried here names its corpus itself (checked): no marker needed
+    if recorded is None and manifest is None and (out / "data").exists() and s.corpus != DEFAULT_CORPUS:
         raise CorpusError(f"{out / 'data'} was built before corpora were recorded (from {DEFAULT_CORPUS!r}); "
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
-    manifest = carried
     if manifest is None:
         from data_prep.api import build_from_texts
 
