@@ -21,13 +21,14 @@ OUT=${OUT:-gpu_out}
 BUDGET=${BUDGET:-550}
 DEVICE=${DEVICE:-cuda}  # cpu: the rehearsal's tiny shapes
 TINY=()
+CPU_BATCH=training.global_batch_size=32  # on CPU: 16 tiny micro-batches, so the micro-batch 16 and 32 levers run
 . benchmarks/node_env.sh
 if [ "$DEVICE" = cuda ] && [ "$stage" != rehearse ]; then  # one carry serves both scripts: the study's, or .whl
   use_carried_wheels demo_out/gpu_carry/wheels .whl || exit 2
 fi
 if [ "$DEVICE" = cpu ]; then  # gpu_vs_plain.TINY owns the tiny shape; fp32 on CPU
   read -r -a TINY <<< "$(python3 -c "from benchmarks.gpu_vs_plain import TINY; print(' '.join(TINY))")"
-  TINY+=(training.precision=fp32 parallel.device=cpu training.global_batch_size=32)
+  TINY+=(training.precision=fp32 parallel.device=cpu "$CPU_BATCH")
 fi
 
 part() { echo $((BUDGET * $1 / 100)); }  # part PERCENT: seconds of the budget
@@ -35,7 +36,7 @@ quiet() { grep -v -i -E "warn|^\s*$"; }
 vs_plain() {  # vs_plain SECONDS NAME ARGS...: benchmarks/gpu_vs_plain.py, log and JSON under $OUT
   local seconds=$1 name=$2 cpu=()
   shift 2
-  [ "$DEVICE" = cpu ] && cpu=(--device cpu --tiny --override training.global_batch_size=32 --warmup 1)
+  [ "$DEVICE" = cpu ] && cpu=(--device cpu --tiny --override "$CPU_BATCH" --warmup 1)
   timeout "$seconds" python3 benchmarks/gpu_vs_plain.py --json "$OUT/$name.json" --time-limit "$(inner_limit "$seconds")" \
     "$@" "${cpu[@]}" 2>&1 | quiet | tee "$OUT/$name.log"
 }
