@@ -77,7 +77,7 @@ def size_rows(found: dict[str, dict]) -> list[str]:
 def measured(found: dict[str, dict], size: str, how: str) -> tuple[float, str] | None:
     """The goal's number (the median over rounds) and where it comes from, from the stage that
     measures it (``vs_plain_<size>``; the levers' file only when that one is missing)."""
-    for stem in (f"vs_plain_{size}", "levers_124m" if size == "124m" else ""):
+    for stem in [f"vs_plain_{size}", *(["levers_124m"] if size == "124m" else [])]:
         s = found.get(stem, {}).get(size)
         if not s or "error" in s:
             continue
