@@ -154,6 +154,35 @@ def test_sigterm_preempts_with_checkpoint_and_resumes(reference, tmp_path):
     assert summary(run)["status"] == "completed"
 
 
+SAVES_DRIVER = r"""
+import collections, json, os, signal, sys
+import train_gpt
+from training.runner import Trainer
+saves, save, step = collections.Counter(), Trainer._save, Trainer._train_step
+def counted(self, done):
+    saves[done] += 1
+    save(self, done)
+def signalled(self, s, i):
+    if i == 2:  # during the step that ends at 3, a checkpoint step of interval 3
+        os.kill(os.getpid(), signal.SIGTERM)
+    return step(self, s, i)
+Trainer._save, Trainer._train_step = counted, signalled
+rc = train_gpt.main(sys.argv[1:])
+print(json.dumps({"rc": int(rc), "saves": saves}))
+"""
+
+
+def test_a_signal_on_a_checkpoint_step_saves_that_step_once(tmp_path):
+    """The periodic save already holds the step: a second would spend the signal's grace again."""
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE, "checkpoint.interval=3"]
+    out = subprocess.run([sys.executable, "-c", SAVES_DRIVER, *args], cwd=REPO, env=env(), capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got == {"rc": 75, "saves": {"3": 1}}, out.stderr[-3000:]
+    assert summary(run)["steps"] == 3 and (run / "checkpoints" / "latest").read_text().strip() == "step_00000003"
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op

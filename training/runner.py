@@ -180,9 +180,10 @@ class Trainer:
                     if rates is not None:
                         bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{rates['tokens_per_s']:,.0f}")
                     with _excluded(meter):
-                        checkpointer.maybe_save(done)
+                        saved = checkpointer.maybe_save(done)
                     if flag.raised_anywhere():
-                        self._save(done)
+                        if not saved:  # a second save of this step would only spend the signal's grace
+                            self._save(done)
                         why = f"preempted ({flag.signal or 'signal on another rank'}) at step {done}"
                         log.warning("%s: checkpoint saved, exiting %d", why, ExitCode.RESUMABLE)
                         return Ending(Status.PREEMPTED, why, done)
