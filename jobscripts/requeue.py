@@ -12,6 +12,10 @@ as REQUEUED rather than FAILED, and the job (same id, same array index, so later
 BeginTime, about two minutes) and resumes. SLURM has no per-job "requeue on exit code"
 (``RequeueExit`` in slurm.conf is cluster-wide, for admins), hence this.
 
+``--exit-file PATH``: COMMAND is a launcher that reports any failure of its workers as 1
+(torchrun); when it exits non-zero and PATH was written after it started with a JSON object
+whose ``exit_code`` is an integer (the trainer's ``summary.json``), that is the exit code.
+
 No requeue, and the exit code kept, when the job is being cancelled (``scancel``: ``squeue``
 no longer shows it RUNNING), after ``N`` requeues (``SLURM_RESTART_COUNT``), outside SLURM,
 or when ``scontrol requeue`` refuses (e.g. the job was submitted with ``--no-requeue``).
@@ -20,27 +24,38 @@ or when ``scontrol requeue`` refuses (e.g. the job was submitted with ``--no-req
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def requeue_command(command: Sequence[Any], max_requeues: int, on_exit: int) -> list[Any]:
+def requeue_command(
+    command: Sequence[Any], max_requeues: int, on_exit: int, exit_file: Optional[Any] = None
+) -> list[Any]:
     """``command`` run under this module (tokens are kept as given: the caller quotes them)."""
-    return [
-        sys.executable,
-        "-m",
-        "jobscripts.requeue",
-        f"--max-requeues={max_requeues}",
-        f"--on-exit={int(on_exit)}",
-        "--",
-        *command,
-    ]
+    options: list[Any] = [f"--max-requeues={max_requeues}", f"--on-exit={int(on_exit)}"]
+    if exit_file is not None:
+        options += ["--exit-file", exit_file]
+    return [sys.executable, "-m", "jobscripts.requeue", *options, "--", *command]
+
+
+def written_exit_code(path: str, since: float) -> Optional[int]:
+    """The ``exit_code`` in the JSON file ``path`` if it was written at or after ``since``."""
+    try:
+        if os.stat(path).st_mtime < since:
+            return None
+        with open(path) as fh:
+            code = json.load(fh).get("exit_code")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def _log(message: str) -> None:
@@ -74,7 +89,8 @@ def _requeue(max_requeues: int, code: int) -> bool:
     return True
 
 
-def run(command: Sequence[str], max_requeues: int, on_exit: int) -> int:
+def run(command: Sequence[str], max_requeues: int, on_exit: int, exit_file: Optional[str] = None) -> int:
+    started = time.time()
     child = subprocess.Popen(list(command))
 
     def forward(signum: int, _frame: object) -> None:
@@ -88,6 +104,11 @@ def run(command: Sequence[str], max_requeues: int, on_exit: int) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     code = 128 - code if code < 0 else code
+    if code and exit_file is not None:
+        written = written_exit_code(exit_file, started)
+        if written is not None and written != code:
+            _log(f"{command[0]} exited {code}; {exit_file} says {written}: exiting {written}")
+            code = written
     if code == on_exit and max_requeues > 0 and _requeue(max_requeues, code):
         return os.EX_OK  # requeued: the job runs again; this run of it did not fail
     return code
@@ -97,12 +118,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobscripts.requeue", description=__doc__.splitlines()[0])
     parser.add_argument("--max-requeues", type=int, required=True, help="requeue at most this often (0: never)")
     parser.add_argument("--on-exit", type=int, required=True, help="the command's exit code that means 'preempted'")
+    parser.add_argument("--exit-file", help="a JSON file whose exit_code, if written after the start, is the code")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
-    return run(command, args.max_requeues, args.on_exit)
+    return run(command, args.max_requeues, args.on_exit, args.exit_file)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ from typing import IO, BinaryIO, Optional, Union
 
 from tqdm import tqdm
 
+from jobscripts.scripts import SlurmOptions
 from launch import attempts
 from launch.errors import LaunchError
 from launch.gpu_share import MemoryProbe, Mps, find_gpu, nvidia_smi_gpus, start_mps
-from launch.launchers import Topology, torchrun_command
+from launch.launchers import SHUTDOWN_TIMEOUT_ENV, Topology, grace_note, torchrun_command
 from launch.outcomes import MAX_PREEMPT_REQUEUES, NO_MEMORY, Outcome, out_of_memory, outcome_of
 from launch.processes import forwarding_signals, start_child
 from launch.resources import Slot, make_slots
@@ -39,7 +40,7 @@ from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from launch.warm_start import ForkedTrainer, ForkRefused, fork_trainer, forkable
 from rundir.contract import METRICS_FILE, SUMMARY_FILE, ExitCode, Status
-from rundir.files import read_summary
+from rundir.files import RunSummary, read_summary
 from rundir.lock import run_locked
 
 POLL_SECONDS = 0.1
@@ -128,6 +129,9 @@ class LocalExecutor:
         self.slots = make_slots(max_parallel, ex.gpus_per_run, runs_per_gpu=ex.runs_per_gpu)
         self.capacity = {slot.index: slot.capacity for slot in self.slots}  # lowered when a run runs out of memory
         self.slot_env = {slot.index: dict(slot.env) for slot in self.slots}
+        # a stop signal's grace (SLURM sends it signal_grace_s before the time limit)
+        self.grace_s = int(plan.slurm.get("signal_grace_s", SlurmOptions.signal_grace_s))
+        self.grace_checked = False
         on_gpus = any(slot.gpus for slot in self.slots)
         self.memory: Optional[MemoryProbe] = (
             MemoryProbe() if on_gpus and (ex.gpu_memory_mib or ex.runs_per_gpu > 1) else None
@@ -260,6 +264,12 @@ class LocalExecutor:
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
         env = {**os.environ, **self.slot_env[slot.index]}
+        if len(slot.gpus) > 1 and self.grace_s and SHUTDOWN_TIMEOUT_ENV not in env:
+            env[SHUTDOWN_TIMEOUT_ENV] = str(self.grace_s)  # under torchrun: the ranks get the whole grace to save
+            if not self.grace_checked:
+                self.grace_checked = True
+                if note := grace_note(self.grace_s):
+                    self._note(note)
         proc: Optional[Union[Popen, ForkedTrainer]] = None
         if self.fork and forkable(argv, slot.gpus) and (self.gpu_fork or not slot.gpus):
             try:
@@ -288,20 +298,34 @@ class LocalExecutor:
             self.echo.write(data)
             self.echo.flush()
 
-    def _outcome(self, item: _Active, stopping: bool) -> Outcome:
-        """What the attempt's exit code says, except that a crash for lack of GPU memory while
-        other runs shared the GPU is the packing's doing, not the run's (its slot then takes
-        as many runs as it held beside the crashed one, at least one)."""
-        code = item.proc.returncode
-        outcome = outcome_of(code, stopping=stopping)
-        if outcome.status != Status.FAILED or code != ExitCode.FAILED or not item.slot.gpus or not item.peers:
-            return outcome
+    def _fresh_summary(self, item: _Active) -> Optional[RunSummary]:
+        """The summary this attempt wrote, if it wrote one (not one left by an earlier attempt)."""
         rd = run_dir(self.sweep_dir, item.run.run_id)
         try:
             fresh = (rd / SUMMARY_FILE).stat().st_mtime >= item.started
         except OSError:
             fresh = False
-        summary = read_summary(rd) if fresh else None
+        return read_summary(rd) if fresh else None
+
+    def _exit_code(self, item: _Active) -> int:
+        """The trainer's exit code. torchrun (a run on several GPUs) exits 1 whatever its ranks
+        exited with, so there the code rank 0 wrote in the summary is the trainer's: a
+        preemption (75) must not count as a failure, nor a bad config (2) be retried."""
+        code = item.proc.returncode
+        if code and len(item.slot.gpus) > 1:
+            summary = self._fresh_summary(item)
+            if summary is not None and summary.exit_code is not None:
+                return summary.exit_code
+        return code
+
+    def _outcome(self, item: _Active, code: int, stopping: bool) -> Outcome:
+        """What the attempt's exit code says, except that a crash for lack of GPU memory while
+        other runs shared the GPU is the packing's doing, not the run's (its slot then takes
+        as many runs as it held beside the crashed one, at least one)."""
+        outcome = outcome_of(code, stopping=stopping)
+        if outcome.status != Status.FAILED or code != ExitCode.FAILED or not item.slot.gpus or not item.peers:
+            return outcome
+        summary = self._fresh_summary(item)
         if summary is None or not out_of_memory(summary.reason):
             return outcome
         index = item.slot.index
@@ -315,8 +339,8 @@ class LocalExecutor:
     def _finish(self, item: _Active, stopping: bool) -> None:
         self._copy_output(item)
         rd = run_dir(self.sweep_dir, item.run.run_id)
-        code = item.proc.returncode
-        outcome = self._outcome(item, stopping)
+        code = self._exit_code(item)
+        outcome = self._outcome(item, code, stopping)
         log = attempts.finish(rd, item.attempt_id, code, outcome.name, held_lock=outcome.had_lock)
         item.log.close()
         rid = item.run.run_id

@@ -24,7 +24,7 @@ from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
-from rundir.contract import ExitCode
+from rundir.contract import SUMMARY_FILE, ExitCode
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU
@@ -59,6 +59,7 @@ class PreparedJob:
     script_path: Path
     script: str
     slurm_output: Optional[str] = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def prepare_job(req: JobRequest) -> PreparedJob:
@@ -110,7 +111,16 @@ def prepare_job(req: JobRequest) -> PreparedJob:
             prelude += ['export MASTER_ADDR="$head_node"', f"export MASTER_PORT={req.master_port}"]
             command = launchers.srun_per_gpu_command(topo, train.argv())
         if req.slurm.max_requeues:  # srun exits 75 when the trainers do: the job requeues itself
-            command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE)
+            torchrun = req.slurm_mode == "torchrun"  # exits 1 for any rank's exit: the trainer's code is in its summary
+            exit_file = str(run_dir / SUMMARY_FILE) if torchrun else None
+            command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_file)
+    warnings = []
+    if req.launcher == "torchrun" or (req.launcher == "slurm" and req.slurm_mode == "torchrun"):
+        if req.slurm.signal_grace_s:  # torchrun's ranks get the whole grace to save, not its default 30 s
+            env[launchers.SHUTDOWN_TIMEOUT_ENV] = str(req.slurm.signal_grace_s)
+            note = launchers.grace_note(req.slurm.signal_grace_s)
+            if note:
+                warnings.append(note + ("; --slurm-mode srun has no such limit" if req.launcher == "slurm" else ""))
     script = render_script(
         title=f"run dir: {run_dir}",
         notes=notes,
@@ -122,12 +132,14 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         command=command,
     )
     script_path = run_dir / "launch" / SCRIPT_NAMES[req.launcher]
-    return PreparedJob(req.launcher, run_dir, script_path, script, slurm_output)
+    return PreparedJob(req.launcher, run_dir, script_path, script, slurm_output, warnings)
 
 
 def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
     """Render, keep and run (or submit) the job; return the exit code to exit with."""
     job = prepare_job(req)
+    for warning in job.warnings:
+        print(f"[launch] warning: {warning}", file=sys.stderr)
     if dry_run:
         sys.stdout.write(job.script)
         print(f"[launch] dry run: would write {job.script_path} and run it", file=sys.stderr)

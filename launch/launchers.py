@@ -24,6 +24,12 @@ DEFAULT_MASTER_PORT = 29500
 # PATH lacks the environment's bin/ unless the job activates it, so no launcher may rely on PATH.
 TORCHRUN: tuple[str, ...] = (sys.executable, "-m", "torch.distributed.run")
 
+# torchrun forwards a SIGTERM to its ranks and kills them this many seconds later (30 by
+# default): a job's ranks need its whole grace to finish the step and save a checkpoint.
+# torch >= 2.12 reads the variable; older releases ignore it (:func:`torchrun_honours_grace`).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+TORCHRUN_DEFAULT_SHUTDOWN_S = 30
+
 # srun mode: the torch.distributed variable each SLURM task variable becomes (one task per GPU).
 SLURM_TO_TORCH_ENV: dict[str, str] = {
     "RANK": "SLURM_PROCID",
@@ -130,3 +136,25 @@ def srun_torchrun_command(topo: Topology, train_argv: Sequence[str]) -> list[Tok
     """``srun`` with one task per node, each a torchrun joining the c10d rendezvous on the first node."""
     per_node = Topology(topo.nodes, topo.procs_per_node, Raw('"$head_node"'), topo.master_port, Raw('"$SLURM_JOB_ID"'))
     return ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", *torchrun_command(per_node, train_argv)]
+
+
+def torchrun_honours_grace() -> bool:
+    """Whether this environment's torchrun reads :data:`SHUTDOWN_TIMEOUT_ENV`."""
+    import dataclasses
+
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}
+
+
+def grace_note(grace_s: int) -> Optional[str]:
+    """A warning when torchrun would kill the ranks before ``grace_s`` has passed, else None."""
+    if grace_s <= TORCHRUN_DEFAULT_SHUTDOWN_S or torchrun_honours_grace():
+        return None
+    import torch
+
+    return (
+        f"torch {torch.__version__}'s torchrun kills the ranks {TORCHRUN_DEFAULT_SHUTDOWN_S} s after it forwards "
+        f"a SIGTERM, not the {grace_s} s of signal_grace_s: a checkpoint that takes longer is lost "
+        f"(torch >= 2.12 reads {SHUTDOWN_TIMEOUT_ENV})"
+    )

@@ -236,15 +236,19 @@ def test_sweep_task_log_holds_the_trainer_output(tmp_path, capfd):
     assert len(starts(sweep_dir / "runs" / rid)) == 1
 
 
-def _requeue(tmp_path: Path, code: int, restarts: int, state: str) -> subprocess.CompletedProcess:
-    """A command exiting ``code`` under jobscripts.requeue, in SLURM job 31 that squeue shows as ``state``."""
+def _requeue(
+    tmp_path: Path, code: int, restarts: int, state: str, writes: str = "", exit_file: Path | None = None
+) -> subprocess.CompletedProcess:
+    """A command exiting ``code`` (after writing ``writes`` to ``exit_file``) under
+    jobscripts.requeue, in SLURM job 31 that squeue shows as ``state``."""
     from jobscripts.requeue import requeue_command
 
     stubs = {"scontrol": f'echo "$@" >> "{tmp_path}/scontrol.calls"', "squeue": f"echo {state}"}
     env = env_with(
         PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31", SLURM_RESTART_COUNT=str(restarts)
     )
-    argv = requeue_command(["bash", "-c", f"exit {code}"], max_requeues=2, on_exit=75)
+    write = f"printf %s '{writes}' > '{exit_file}'; " if writes else ""
+    argv = requeue_command(["bash", "-c", f"{write}exit {code}"], max_requeues=2, on_exit=75, exit_file=exit_file)
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -259,6 +263,21 @@ def test_a_preempted_task_requeues_itself_while_slurm_runs_it(tmp_path):
     for code, restarts, state in [(75, 0, "COMPLETING"), (75, 2, "RUNNING"), (1, 0, "RUNNING"), (0, 0, "RUNNING")]:
         assert _requeue(tmp_path, code, restarts, state).returncode == code
     assert not calls.exists()
+
+
+def test_a_torchrun_job_is_requeued_on_the_code_its_trainer_wrote(tmp_path):
+    """torchrun exits 1 whatever its ranks exit with; the summary rank 0 wrote says 75."""
+    summary = tmp_path / "summary.json"
+    done = _requeue(tmp_path, 1, 0, "RUNNING", '{"status": "preempted", "exit_code": 75}', summary)
+    assert done.returncode == 0 and (tmp_path / "scontrol.calls").read_text() == "requeue 31\n", done.stderr
+    assert "exited 1; " in done.stderr and "says 75: exiting 75" in done.stderr
+    done = _requeue(tmp_path, 1, 0, "RUNNING", '{"status": "diverged", "exit_code": 3}', summary)
+    assert done.returncode == 3
+    old = time.time() - 60
+    os.utime(summary, (old, old))  # a summary left by an earlier run of the job says nothing of this one
+    assert _requeue(tmp_path, 1, 0, "RUNNING", exit_file=summary).returncode == 1
+    summary.write_text("{not json")
+    assert _requeue(tmp_path, 1, 0, "RUNNING", exit_file=summary).returncode == 1
 
 
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):

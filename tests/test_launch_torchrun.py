@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
+
+import pytest
 
 from launch.__main__ import main
 from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD, TINY_BASE, starts
@@ -19,7 +24,84 @@ def test_two_process_torchrun_job_all_reduces_on_cpu(tmp_path, monkeypatch):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     assert len(starts(run_dir)) == 1  # rank 0 trained; rank 1 only joined the collective
     script = (run_dir / "launch" / "torchrun.sh").read_text()
+    assert "\nexport TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120\n" in script  # --signal-grace's default, not torchrun's 30 s
     assert (
         f"exec {sys.executable} -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 --no-python "
         in script
     )
+
+
+def test_a_run_on_two_gpus_keeps_its_trainers_exit_code_through_torchrun(tmp_path, monkeypatch, capsys):
+    """torchrun exits 1 whatever its ranks exit with: the executor reads rank 0's summary, so a
+    diverged run (3) is final, not a failure retried, and a preempted one (75) costs no retry."""
+    from launch import attempts
+    from launch.sweep_dir import read_plan
+    from tests.launch_fixtures.helpers import derived_spec, use_fake_trainer
+
+    use_fake_trainer(monkeypatch, step_seconds=0.0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two "GPUs": the stand-in never touches CUDA
+    grid = {"model.num_layers": [2], "optimizer.lr": [0.001, 0.1]}  # 0.1 > FAKE_DIVERGE_LR: diverges
+    executor = {"kind": "local", "max_parallel": 1, "gpus_per_run": 2, "max_retries": 2}
+    overrides = {"training.steps": 6, "parametrization.base_num_layers": 2}
+    spec = derived_spec(tmp_path, grid=grid, overrides=overrides, executor=executor)
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
+    assert "diverged   1" in capsys.readouterr().out
+    for run in read_plan(sweep_dir).runs:
+        log = attempts.read(sweep_dir / "runs" / run.run_id)
+        want = ("diverged", 3) if run.run_id.startswith("L2-lr0.1-") else ("completed", 0)
+        assert [(a.outcome, a.exit_code) for a in log.attempts] == [want], run.run_id
+        assert json.loads((sweep_dir / "runs" / run.run_id / "dist.json").read_text())["world_size"] == 2
+        (start,) = starts(sweep_dir / "runs" / run.run_id)
+        assert start["shutdown_timeout"] == "120"  # the spec's slurm.signal_grace_s (default)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_on_two_gpus_gets_the_whole_grace_to_save(tmp_path, monkeypatch):
+    """torchrun kills its ranks 30 s after forwarding a SIGTERM unless told otherwise: a save of
+    35 s must still end as a preemption (exit 75, no retry used), not as a killed run."""
+    from launch import attempts
+    from launch.sweep_dir import read_plan, write_plan
+    from launch.sweep_spec import expand, load_spec
+    from tests.launch_fixtures.helpers import REPO, derived_spec, env_with, events, use_fake_trainer
+
+    use_fake_trainer(monkeypatch)
+    grid = {"model.num_layers": [2], "optimizer.lr": [0.001]}
+    executor = {"kind": "local", "max_parallel": 1, "gpus_per_run": 2}
+    spec = derived_spec(tmp_path, grid=grid, overrides={"training.steps": 5000}, executor=executor,
+                        slurm={"signal_grace_s": 90})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    (run,) = read_plan(sweep_dir).runs
+    rd = sweep_dir / "runs" / run.run_id
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"], cwd=REPO,
+        env=env_with(CUDA_VISIBLE_DEVICES="0,1", FAKE_STEP_SECONDS="0.02", FAKE_SAVE_SECONDS="35"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not (rd / "checkpoints" / "latest").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    signalled = time.time()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75
+    assert time.time() - signalled > 35
+    assert [e.get("exit_code") for e in events(rd) if e["event"] == "end"] == [75]
+    log = attempts.read(rd)
+    assert [(a.outcome, a.exit_code) for a in log.attempts] == [("preempted", 75)] and log.failures == 0
+
+
+def test_an_older_torchrun_that_kills_at_30_s_is_warned_of(tmp_path, monkeypatch, capsys):
+    from launch import launchers
+
+    assert launchers.torchrun_honours_grace()  # the pinned torch reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+    monkeypatch.setattr(launchers, "torchrun_honours_grace", lambda: False)
+    assert launchers.grace_note(30) is None  # torchrun's own 30 s is enough
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={tmp_path / 'r'}", "--launcher", "slurm", "--nodes", "2",
+            "--gpus-per-node", "8", "--signal-grace", "300", "--dry-run"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "kills the ranks 30 s after it forwards a SIGTERM, not the 300 s of signal_grace_s" in err
+    assert "--slurm-mode srun has no such limit" in err
+    assert main([*argv, "--slurm-mode", "srun"]) == 0
+    assert "warning" not in capsys.readouterr().err

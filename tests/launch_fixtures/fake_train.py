@@ -16,6 +16,7 @@ Test knobs (environment):
   FAKE_OOM_MATCH      runs whose run.dir contains this text fail at their first step with a CUDA
                       out-of-memory reason in summary.json (exit 1) ...
   FAKE_OOM_TIMES      ... on their first N starts (default 1)
+  FAKE_SAVE_SECONDS   sleep before the checkpoint a stop signal asks for (a large model's save)
 Every start appends {"event": "start", "pid", "start_step", "time"} to RUN_DIR/fake_events.jsonl
 and every exit an "end" event, so tests can count attempts and check they never overlap.
 Under torchrun (WORLD_SIZE > 1) the ranks all-reduce over gloo and rank 0 writes dist.json.
@@ -194,6 +195,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
         omp=os.environ.get("OMP_NUM_THREADS"),
         gpus=os.environ.get("CUDA_VISIBLE_DEVICES"),
         mps=os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+        shutdown_timeout=os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"),
     )
     atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
 
@@ -218,6 +220,7 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
         return end(Status.FAILED, "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB")
     while step < steps:
         if PREEMPT["signal"] is not None:
+            time.sleep(float(os.environ.get("FAKE_SAVE_SECONDS", "0")))
             _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
             return end(Status.PREEMPTED, f"preempted by signal {PREEMPT['signal']} at step {step}")
         if fail_match and fail_match in str(run_dir) and attempt <= fail_times and step == 2:
