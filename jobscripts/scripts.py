@@ -40,6 +40,20 @@ class SlurmOptions:
     )
 
 
+def cpu_request_note(opts: SlurmOptions, gpus: int) -> Optional[str]:
+    """A warning for a GPU job that asks for no CPUs: SLURM then gives each task its default
+    (often 1 CPU, and memory per CPU), which every rank and its data loading would share."""
+    asked = opts.cpus_per_task is not None or any(
+        line.startswith(("--cpus-per-gpu", "--exclusive", "--cpus-per-task", "-c")) for line in opts.sbatch_lines
+    )
+    if not gpus or asked:
+        return None
+    return (
+        f"the job asks for {gpus} GPU(s) and SLURM's default CPUs per task (often 1, shared by every rank "
+        "and its data loading): give cpus_per_task (--cpus-per-task) and mem (--mem; 0 is the whole node's)"
+    )
+
+
 def job_name(text: str) -> str:
     """A SLURM job name: ``text`` with anything but ``[A-Za-z0-9_.^+-]`` replaced by ``_``."""
     return JOB_NAME_UNSAFE.sub("_", text)[:128] or "depthmup"

@@ -20,7 +20,7 @@ from pathlib import Path
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command
-from jobscripts.scripts import SlurmOptions, render_script, sbatch_directives
+from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
 from jobscripts.shell import Raw, Token, Word, quote
 from launch.commands import REPO_ROOT
 from launch.errors import LaunchError
@@ -164,6 +164,8 @@ def submit_array(
     folder = sweep_dir / SUBMISSIONS_DIR / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     list_file, script_file = folder / LIST_FILE, folder / SCRIPT_FILE
     script = array_script(plan, sweep_dir, list_file, tasks, max_parallel, cwd)
+    if note := cpu_request_note(SlurmOptions(**plan.slurm), plan.executor.gpus_per_run):
+        print(f"[launch] warning: {note}", file=sys.stderr)
     listing = "".join(f"{rid}\n" for rid in pending)
     if dry_run:
         sys.stdout.write(script)

@@ -27,6 +27,7 @@ from launch.run_configs import flat_config, load_run_config
 from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
+from runconfig.validate import validate_layout
 from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, STEPS_KEY, canonical_values
 
 # Grid value forms besides a plain list: {log2_range: [start, stop, step]} -> 2**start .. 2**stop.
@@ -218,6 +219,12 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     for point in points:
         point_args = [format_override(k, v) for k, v in point.items()]
         cfg = load_run_config(base, [*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
+        try:  # each run is one trainer over executor.gpus_per_run GPUs (one process on CPU)
+            validate_layout(cfg, max(1, spec.executor.gpus_per_run))
+        except ValueError as exc:
+            raise LaunchError(
+                f"{where}: grid point {_describe(point)}: with executor.gpus_per_run={spec.executor.gpus_per_run}: {exc}"
+            ) from None
         flat = flat_config(cfg)
         resolved = {
             **canonical_values(flat),

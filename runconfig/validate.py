@@ -70,6 +70,45 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
         raise ValueError("model.recompute_modules: name at least one module for model.recompute=selective")
     if par.sequence_parallel and m.block == "linear1":
         raise ValueError("parallel.sequence_parallel: not supported with model.block=linear1")
+    tp = par.tensor_model_parallel_size
+    if tp > 1:  # megatron splits heads, query groups and the MLP's columns over the TP ranks
+        split = {
+            "model.num_attention_heads": m.num_attention_heads,
+            "model.num_query_groups": m.num_query_groups or m.num_attention_heads,
+            "model.ffn_hidden_size": m.ffn_hidden_size or 4 * m.hidden_size,
+        }
+        if par.sequence_parallel:  # and the sequence, outside attention and the MLP
+            split["model.seq_length"] = m.seq_length
+        for key, value in split.items():
+            if value % tp:
+                raise ValueError(f"{key}: {value} is not divisible by parallel.tensor_model_parallel_size={tp}")
+
+
+def validate_layout(cfg: RunConfig, world_size: int) -> None:
+    """Raise ``ValueError`` when ``world_size`` processes cannot run ``cfg``: checked where the
+    processes are known (the trainer) and where they are asked for (``launch job``, a sweep's
+    ``executor.gpus_per_run``), so a bad layout fails at submission, not on the nodes."""
+    par = cfg.parallel
+    model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
+    check_world(world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size)
+    check_batch_split(cfg.training.global_batch_size, cfg.training.micro_batch_size, world_size // model_parallel)
+
+
+def check_world(world_size: int, tp: int, pp: int) -> None:
+    if world_size % (tp * pp):
+        raise ValueError(
+            f"parallel: world size {world_size} is not divisible by tensor ({tp}) x pipeline ({pp}) parallel sizes"
+        )
+
+
+def check_batch_split(global_batch_size: int, micro_batch_size: int, dp_size: int) -> None:
+    """Each step's samples split evenly into micro-batches on every data-parallel rank."""
+    per_step = micro_batch_size * dp_size
+    if global_batch_size % per_step:
+        raise ValueError(
+            f"training.global_batch_size: {global_batch_size} is not a multiple of "
+            f"training.micro_batch_size x data-parallel size = {micro_batch_size} x {dp_size}"
+        )
 
 
 def apply_data_source(cfg: RunConfig) -> None:

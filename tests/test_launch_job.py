@@ -85,13 +85,15 @@ def _run_dir_of(argv: list[str]) -> str:
     return OmegaConf.to_container(parse_overrides(overrides))["run"]["dir"]
 
 
+# a global batch that splits over every layout below (2 to 16 ranks): a job's layout is checked at submission
+SPLIT = ["training.micro_batch_size=1", "training.global_batch_size=48"]
 SLURM_ENV = {"SLURM_JOB_NODELIST": "node-a,node-b", "SLURM_JOB_ID": "777", "SLURM_JOB_NUM_NODES": "2"}
 
 
 def test_slurm_torchrun_mode_rendezvous_on_first_node(tmp_path, capsys, cluster, weird_dir):
     override = _override(weird_dir)
     script = _dry_run(
-        capsys, "--config", str(TINY_BASE), override, "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4",
+        capsys, "--config", str(TINY_BASE), override, *SPLIT, "--launcher", "slurm", "--nodes", "2", "--gpus-per-node", "4",
         "--partition", "gpu", "--account", "proj", "--time", "01:00:00", "--sbatch-line=--qos=high",
         "--train-cmd", FAKE_TRAIN_CMD,
     )  # fmt: skip
@@ -107,14 +109,14 @@ def test_slurm_torchrun_mode_rendezvous_on_first_node(tmp_path, capsys, cluster,
             "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=node-a:29500",
             "--rdzv-id=777", "--no-python",
         ]  # fmt: skip
-        assert argv[6:] == [*shlex.split(FAKE_TRAIN_CMD), "--config", str(TINY_BASE), override]
+        assert argv[6:] == [*shlex.split(FAKE_TRAIN_CMD), "--config", str(TINY_BASE), override, *SPLIT]
         assert _run_dir_of(argv) == str(weird_dir)
 
 
 def test_slurm_srun_mode_maps_slurm_variables_per_task(tmp_path, capsys, cluster, weird_dir):
     trainer = f"{sys.executable} {DUMP_ARGV} trainer"
     script = _dry_run(
-        capsys, "--config", str(TINY_BASE), _override(weird_dir), "--launcher", "slurm", "--slurm-mode", "srun",
+        capsys, "--config", str(TINY_BASE), _override(weird_dir), *SPLIT, "--launcher", "slurm", "--slurm-mode", "srun",
         "--nodes", "2", "--gpus-per-node", "4", "--master-port", "12345", "--train-cmd", trainer,
     )  # fmt: skip
     assert "#SBATCH --ntasks-per-node=4\n" in script
@@ -125,7 +127,7 @@ def test_slurm_srun_mode_maps_slurm_variables_per_task(tmp_path, capsys, cluster
         env = call["env"]
         assert (env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("8", str(rank % 4), "4")
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("node-a", "12345")
-        assert call["argv"] == ["--config", str(TINY_BASE), _override(weird_dir)]
+        assert call["argv"] == ["--config", str(TINY_BASE), _override(weird_dir), *SPLIT]
         assert _run_dir_of(call["argv"]) == str(weird_dir)
 
 
@@ -152,7 +154,7 @@ def test_deepspeed_multi_node_pdsh_delivers_arguments_intact(tmp_path, capsys, c
     hostfile = tmp_path / "my hosts"
     hostfile.write_text("# two nodes\nnode-a slots=8\nnode-b slots=8\n")
     script = _dry_run(
-        capsys, "--config", str(TINY_BASE), _override(weird_dir), "--launcher", "deepspeed", "--nodes", "2",
+        capsys, "--config", str(TINY_BASE), _override(weird_dir), *SPLIT, "--launcher", "deepspeed", "--nodes", "2",
         "--gpus-per-node", "8", "--hostfile", str(hostfile), "--master-addr", "node-a", "--train-cmd", FAKE_TRAIN_CMD,
     )  # fmt: skip
     _execute(script, tmp_path)
@@ -162,7 +164,7 @@ def test_deepspeed_multi_node_pdsh_delivers_arguments_intact(tmp_path, capsys, c
         "--hostfile", str(hostfile), "--num_nodes=2", "--num_gpus=8", "--master_addr=node-a", "--master_port=29500",
         "--no_local_rank", "--no_python",
     ]  # fmt: skip
-    train = [*shlex.split(FAKE_TRAIN_CMD), "--config", str(TINY_BASE), _override(weird_dir)]
+    train = [*shlex.split(FAKE_TRAIN_CMD), "--config", str(TINY_BASE), _override(weird_dir), *SPLIT]
     assert _remote_argv(argv[8], argv[9:]) == train
     assert _run_dir_of(_remote_argv(argv[8], argv[9:])) == str(weird_dir)
 
@@ -194,7 +196,17 @@ def test_deepspeed_single_node_passes_any_argument(tmp_path, capsys, cluster, we
 
 
 def test_torchrun_multi_node_needs_master_addr(tmp_path, capsys, cluster):
-    base = ["job", "--config", str(TINY_BASE), _override(tmp_path / "r"), "--launcher", "torchrun", "--nodes", "2"]
+    base = [
+        "job",
+        "--config",
+        str(TINY_BASE),
+        _override(tmp_path / "r"),
+        *SPLIT,
+        "--launcher",
+        "torchrun",
+        "--nodes",
+        "2",
+    ]
     assert main([*base, "--dry-run"]) == 2
     assert "needs --master-addr" in capsys.readouterr().err
     script = _dry_run(capsys, *base[1:], "--nproc-per-node", "3", "--master-addr", "10.0.0.1", "--rdzv-id", "exp 1")

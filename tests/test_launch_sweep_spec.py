@@ -106,7 +106,7 @@ def test_bad_grid_point_is_named(tmp_path, capsys):
     # 3 layers on 2 pipeline stages is not.
     grid = {"parallel.pipeline_model_parallel_size": [1, 2], "model.num_layers": [2, 3]}
     overrides = {"training.steps": 40, "parametrization.base_num_layers": 2, "parallel.device": "auto"}
-    spec = derived_spec(tmp_path, grid=grid, overrides=overrides)
+    spec = derived_spec(tmp_path, grid=grid, overrides=overrides, executor={"kind": "local", "gpus_per_run": 2})
     code, err = _run_main(capsys, "sweep", str(spec), "--sweep-dir", str(tmp_path / "sw"), "--dry-run")
     assert code == 2
     assert "grid point {parallel.pipeline_model_parallel_size=2, model.num_layers=3}" in err

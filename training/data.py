@@ -337,12 +337,9 @@ class BatchPlan:
     dp_rank: int
 
     def __post_init__(self) -> None:
-        per_step = self.micro_batch_size * self.dp_size
-        if self.global_batch_size % per_step:
-            raise ValueError(
-                f"training.global_batch_size: {self.global_batch_size} is not a multiple of "
-                f"training.micro_batch_size x data-parallel size = {per_step}"
-            )
+        from runconfig.validate import check_batch_split
+
+        check_batch_split(self.global_batch_size, self.micro_batch_size, self.dp_size)
 
     @property
     def num_microbatches(self) -> int:

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
 
+from runconfig.validate import check_world
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -49,10 +51,7 @@ def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         else:
             dist.init_process_group(backend, rank=rank, world_size=world)
-    if world % (tp * pp):
-        raise ValueError(
-            f"parallel: world size {world} is not divisible by tensor ({tp}) x pipeline ({pp}) parallel sizes"
-        )
+    check_world(world, tp, pp)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     return DistInfo(rank, world, local_rank, backend, device)

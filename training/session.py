@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
 from runconfig import dump_yaml, flatten, to_dict
 from runconfig.schema import RunConfig
-from runconfig.validate import validate
+from runconfig.validate import validate, validate_layout
 
 if TYPE_CHECKING:  # the heavy modules are imported when a session is built
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -169,7 +170,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
     from training import checkpoint
     from training.data import build_datasets, check_data, data_identity, data_parallel_plan, eval_micro_batches
-    from training.distributed import init_distributed, seed_everything
+    from training.distributed import env_int, init_distributed, seed_everything
     from training.metrics import RunLog
     from training.model import Placement, build_model, padded_vocab_size, resolve
     from training.optim import build_scheduler
@@ -188,6 +189,14 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     device, bf16 = select_device(cfg)
     run_dir = Path(cfg.run.dir)
     par = cfg.parallel
+    try:  # before a process group exists: every rank exits 2 alike
+        validate_layout(cfg, env_int("WORLD_SIZE", 1))
+    except ValueError as exc:
+        raise SetupError(str(exc)) from exc
+    if device == "cuda" and par.tensor_model_parallel_size > 1:
+        # before the CUDA context: one hardware queue keeps TP's communication kernels in the
+        # order megatron issues them, so they overlap with the matrix products (as Megatron-LM sets)
+        os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if force:
