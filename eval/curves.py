@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from eval.results import FRACTION_ATOL, SweepResults
+from eval.results import FRACTION_ATOL, SweepResults, check_duplicates
 
 BASE_FAMILY_COLUMNS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
 RUN_COLUMNS: tuple[str, ...] = (
@@ -132,6 +132,7 @@ def build_families(runs: pd.DataFrame, columns: list[str]) -> dict[tuple, Family
 def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_before_divergence: bool = False) -> CurveSet:
     """Collapse the rows into :class:`DepthCurve` objects, one per family x fraction x depth."""
     rows = sweep.rows
+    check_duplicates(sweep.path, rows, sweep.extra_keys)  # read_results has; rows built otherwise are checked here
     columns = family_columns(sweep)
     runs = rows.drop_duplicates("run_id").set_index("run_id", drop=False)
     pending = runs[runs["status"] == "pending"]
@@ -168,10 +169,9 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
 
 
 def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
-    """One row per run at ``fraction``: the one with a finite loss first when a run has duplicates."""
+    """The rows at ``fraction``, indexed by run ID (one per run: ``check_duplicates`` rejected repeats)."""
     sub = rows[np.isclose(rows["fraction"], fraction, rtol=0.0, atol=FRACTION_ATOL)]
-    sub = sub.assign(_has_loss=sub["val_loss"].notna()).sort_values(["run_id", "_has_loss"], ascending=[True, False])
-    return sub.drop_duplicates("run_id").set_index("run_id")
+    return sub.set_index("run_id", verify_integrity=True)
 
 
 def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame, keep_pre_div: bool) -> DepthCurve:

@@ -491,6 +491,43 @@ def test_missing_file_and_inconsistent_run(tmp_path, capsys):
         read_results(tmp_path / "bad")
 
 
+def test_a_repeated_eval_row_exits_2_naming_the_lines(tmp_path, capsys):
+    """Two rows of one run at one fraction (here with different losses: the first, 3.5, used
+    to win silently) are rejected, also when the fractions differ by float noise only."""
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0, -8.5))
+    # lines: 2 = lr -9 f0.5, 3 = lr -9 f1, 4 = lr -8.5 f0.5, 5 = lr -8.5 f1; line 6 repeats line 3
+    rows.append({**rows[1], "val_loss": 3.5})
+    write_sweep(tmp_path / "a", rows)
+    assert main(["transfer", str(tmp_path / "a"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert (
+        f"{tmp_path / 'a' / 'results.csv'}: lines 3 and 6: run 'sp-a1-L2-lr-9.00-s0' has two rows at fraction 1" in err
+    )
+    rows[-1] = {**rows[0], "fraction": 0.5 + 1e-9}  # the same eval point as line 2
+    write_sweep(tmp_path / "b", rows)
+    with pytest.raises(ResultsError, match=r"lines 2 and 6: run 'sp-a1-L2-lr-9.00-s0' has two rows at fraction 0.5"):
+        read_results(tmp_path / "b")
+
+
+def test_one_configuration_under_two_run_ids_exits_2(tmp_path, capsys):
+    """A copy of a run under another ID would count as a second seed of its cell."""
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0, -8.5))
+    rows += [{**r, "run_id": "copy"} for r in rows[:2]]  # lines 6 and 7 repeat the run on lines 2 and 3
+    write_sweep(tmp_path / "sweep", rows)
+    assert main(["transfer", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not (tmp_path / "out" / "transfer.json").exists()
+    assert (
+        f"{tmp_path / 'sweep' / 'results.csv'}: lines 2 and 6: runs 'sp-a1-L2-lr-9.00-s0' and 'copy' have the same "
+        "configuration (parametrization.preset=sp, model.num_layers=2, optimizer.lr=0.001953125, run.seed=0, "
+        "parametrization.block_multiplier=1.0, parametrization.base_num_layers=2, model.hidden_size=128)"
+    ) in err
+    rows[-2]["run.seed"] = rows[-1]["run.seed"] = 1  # another seed: a different configuration, accepted
+    write_sweep(tmp_path / "ok", rows)
+    assert len(read_results(tmp_path / "ok").rows) == 6
+
+
 def test_unrecorded_fraction_is_a_clear_error(tmp_path, capsys):
     write_sweep(tmp_path / "sweep", make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,)))
     assert main(["transfer", str(tmp_path / "sweep"), "--out", str(tmp_path / "o"), "--fractions", "0.25"]) == 2
