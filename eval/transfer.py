@@ -577,26 +577,53 @@ def _bootstrap(
     found = [d for d in result.depths if d.optimum.found]
     if not found:
         return
-    seeds = np.concatenate([d.curve.n_seeds[d.curve.usable] for d in found])
     if n_boot == 0:
         result.slope.ci_note = "bootstrap disabled (--bootstrap 0): no CI"
         return
-    if seeds.max() <= 1:
+    seeds = np.concatenate([d.curve.n_seeds[d.curve.usable] for d in found])
+    pools = [d.fit.noise_pool() for d in found]  # each depth's own seed residuals and their df
+    own = [j for j, (_, df) in enumerate(pools) if df > 0]
+    if not own:
         result.slope.ci_note = (
             "one seed per (depth, LR) cell: a seed bootstrap has nothing to resample, so no CI is given"
+            if seeds.max() <= 1
+            else "no depth has seed noise of its own (the additive seed model leaves no residual degrees of "
+            "freedom): a seed bootstrap has nothing to resample, so no CI is given"
         )
         if result.slope.available:
             notes.append(Note(where_ff, result.slope.ci_note))
         return
-    n_single = int(np.sum(seeds == 1))
+    # a depth with no seed noise of its own borrows the residuals pooled over the family's depths that have some
+    family_pool = (np.concatenate([pools[j][0] for j in own]), sum(pools[j][1] for j in own))
+    borrowing = [j for j in range(len(found)) if j not in own]
+    in_own = np.concatenate([found[j].curve.n_seeds[found[j].curve.usable] for j in own])
+    n_single = int(np.sum(in_own == 1))
     if n_single:
-        result.slope.ci_note = f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise in the CI is the pooled residuals of their curve"
+        result.slope.ci_note = (
+            f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise in the CI is the pooled "
+            "residuals of their curve"
+        )
         notes.append(Note(where_ff, result.slope.ci_note))
+    if borrowing:
+        depths = ", ".join(str(found[j].depth) for j in borrowing)
+        lenders = ", ".join(str(found[j].depth) for j in own)
+        why = (
+            "one usable seed at every LR"
+            if all(found[j].seed_counts[1] <= 1 for j in borrowing)
+            else "no residual degrees of freedom under the additive seed model"
+        )
+        text = (
+            f"L={depths} {'has' if len(borrowing) == 1 else 'have'} no seed noise of its own ({why}); its noise in the CI is borrowed: the residuals "
+            f"pooled over this family's depths with several seeds (L={lenders}; {family_pool[0].size} residuals, "
+            f"df {family_pool[1]}), which assumes the seed noise is alike across depths"
+        )
+        result.slope.ci_note = "; ".join(t for t in (result.slope.ci_note, text) if t)
+        notes.append(Note(where_ff, text))
     opt_boot = np.empty((n_boot, len(found)))
     draws_of: list[tuple[np.ndarray, list[Optimum]]] = []  # per depth: resampled means, their optima
     for j, d in enumerate(found):
         c = d.curve
-        means = d.fit.resample(n_boot, rng)
+        means = d.fit.resample(n_boot, rng, family_pool if j in borrowing else None)
         optima = [fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged) for b in range(n_boot)]
         opt_boot[:, j] = [o.log2_lr for o in optima]
         d.loss_draws = np.array([o.loss for o in optima])

@@ -300,7 +300,7 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
 
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
-    from eval.goals import achieved_text
+    from eval.goals import achieved_text, met_text
 
     for r in analysis.results:
         s = r.slope
@@ -328,8 +328,9 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             + (" (extrapolated)" if p.extrapolated else "")
         )
     for g in analysis.goals:
+        met = {"yes": "met", "NO": "NOT met"}.get(met_text(g), met_text(g))
         print(f"goal {g['goal']} {g['family']} {g['fraction_label']}: target {g['target']:g}, achieved {achieved_text(g)}, "
-              f"{'met' if g['met'] else 'NOT met'}")  # fmt: skip
+              f"{met}")  # fmt: skip
     if analysis.notes:
         print(f"{len(analysis.notes)} warning(s):")
         for note in analysis.notes:

@@ -284,6 +284,56 @@ def test_single_seed_gives_no_ci_but_a_slope(tmp_path):
     assert "nothing to resample" in notes_text(analysis)
 
 
+def test_a_depth_with_one_seed_per_lr_borrows_its_familys_seed_noise(tmp_path):
+    """L=16 trained with one seed per LR, L=2-8 with three (noise 0.02): L=16's optimum used to
+    get a zero-width interval (its curve has no residuals, and every draw repeated it), which
+    narrowed the slope's and the gap's intervals and met a width goal at 0.000. It now draws
+    from the residuals pooled over L=2, 4, 8 (17 LRs x 3 seeds each: 153 residuals, df 102),
+    so its interval is about sqrt(3) = 1.73 times as wide as those of L=2-8 (same noise, a third
+    of the seeds; 1.91 here, averaged over both presets and fractions)."""
+    from eval.goals import check_goals
+
+    rows = [r for r in make_rows(noise=0.02, diverge_gap=None) if r["model.num_layers"] != 16 or r["run.seed"] == 0]
+    analysis = run_analysis(tmp_path, rows, window=2, n_boot=1000)
+    widths = np.array([[d.opt_ci[1] - d.opt_ci[0] for d in result.depths] for result in analysis.results])
+    ratio = widths[:, 3].mean() / widths[:, :3].mean()
+    assert 1.4 < ratio < 2.4, ratio
+    for result in analysis.results:
+        d16 = result.depths[3]
+        assert d16.depth == 16 and d16.seed_counts == (1, 1) and result.depths[2].seed_counts == (3, 3)
+        planted = planted_log2_opt(16, {"depth_mup": 0.0, "sp": 0.5}[result.family.preset])
+        assert d16.opt_ci[0] < planted < d16.opt_ci[1]
+        assert d16.regret_ci[1] > d16.regret_ci[0]
+        assert "borrowed" in result.slope.ci_note
+    where = "depth_mup | end (f=1)"
+    assert (
+        f"[{where}] L=16 has no seed noise of its own (one usable seed at every LR); its noise in the CI is "
+        "borrowed: the residuals pooled over this family's depths with several seeds (L=2, 4, 8; 153 residuals, "
+        "df 102)"
+    ) in notes_text(analysis)
+    assert "pooled residuals of their curve" not in notes_text(analysis)  # L=16's curve has none
+    for g in analysis.gaps:
+        assert g.depth == 16 and g.ci[1] - g.ci[0] > 0.01
+    check = check_goals(analysis, {"deepest_opt_ci_width": 1.0})[0]
+    assert check.depth == 16 and check.achieved > 0.1
+
+
+def test_without_seed_noise_anywhere_every_interval_is_not_measured(tmp_path):
+    """One seed everywhere: no CI for optima, slope, regrets or the gap, and a goal on them is
+    'not measured', never met."""
+    from eval.goals import check_goals, goal_table
+
+    analysis = run_analysis(tmp_path, make_rows(seeds=(0,)))
+    for result in analysis.results:
+        assert not result.slope.ci_available and result.drift_ci is None
+        assert all(d.opt_ci is None and d.regret_ci is None for d in result.depths)
+    assert all(g.ci is None for g in analysis.gaps)
+    checks = [c.as_dict() for c in check_goals(analysis, {"deepest_opt_ci_width": 1.0, "slope_ci_halfwidth": 0.15})]
+    assert all(c["achieved"] is None and not c["met"] and not c["measured"] for c in checks)
+    _, cells = goal_table(checks)
+    assert {row[-1] for row in cells} == {"not measured"} and {row[-2] for row in cells} == {"no interval"}
+
+
 # ----------------------------------------------------------------- robustness
 
 
