@@ -58,6 +58,8 @@ class DepthCurve:
     ``seed_losses[i]`` holds the usable per-seed losses at ``log2_lr[i]`` (possibly empty) and
     ``seed_ids[i]`` the seeds (``run.seed``) that gave them;
     ``n_diverged[i]`` / ``n_missing[i]`` count the seeds left out there and why.
+    ``pending_log2_lr`` lists the LRs (log2) where a run of this depth is still pending: tried,
+    with no result yet (not in ``log2_lr`` unless another run there has ended).
     """
 
     depth: int
@@ -69,6 +71,7 @@ class DepthCurve:
     diverged_run_ids: list[str] = field(default_factory=list)
     missing_run_ids: list[str] = field(default_factory=list)
     nonfinite_run_ids: list[str] = field(default_factory=list)  # not diverged by status, but a nan/inf loss
+    pending_log2_lr: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @property
     def n_seeds(self) -> np.ndarray:
@@ -141,13 +144,22 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
     curves: dict[tuple[Family, float], list[DepthCurve]] = {}
     base_depths: dict[Family, list[int]] = {}
     at_fraction = {fraction: _rows_at_fraction(rows, fraction) for fraction in fractions}
+    pending_lrs: dict[tuple, np.ndarray] = {}  # (family values..., depth) -> log2 LRs with a pending run
+    for values, group in pending.groupby([*columns, "depth"], sort=False, dropna=False):
+        pending_lrs[values] = np.unique(np.log2(group["lr"].to_numpy(dtype=float)))
     for values, fam_runs in active.groupby(columns, sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
         family = families[values]
         base_depths[family] = sorted(int(v) for v in fam_runs["base_depth"].unique())
         for fraction in fractions:
             curves[(family, fraction)] = [
-                _depth_curve(int(depth), depth_runs, at_fraction[fraction], use_evals_before_divergence)
+                _depth_curve(
+                    int(depth),
+                    depth_runs,
+                    at_fraction[fraction],
+                    use_evals_before_divergence,
+                    pending_lrs.get((*values, depth), np.empty(0)),
+                )
                 for depth, depth_runs in fam_runs.groupby("depth", sort=True)
             ]
     # Families whose runs are all pending still get an (empty) entry so they are reported.
@@ -174,7 +186,13 @@ def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
     return sub.set_index("run_id", verify_integrity=True)
 
 
-def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame, keep_pre_div: bool) -> DepthCurve:
+def _depth_curve(
+    depth: int,
+    depth_runs: pd.DataFrame,
+    at_fraction: pd.DataFrame,
+    keep_pre_div: bool,
+    pending_log2_lr: np.ndarray | None = None,
+) -> DepthCurve:
     log2_lrs: list[float] = []
     losses: list[np.ndarray] = []
     seeds: list[np.ndarray] = []
@@ -218,6 +236,7 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
         diverged_run_ids=diverged_ids,
         missing_run_ids=missing_ids,
         nonfinite_run_ids=nonfinite_ids,
+        pending_log2_lr=np.empty(0) if pending_log2_lr is None else np.asarray(pending_log2_lr, dtype=float),
     )
 
 

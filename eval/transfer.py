@@ -78,19 +78,38 @@ class DepthResult:
         usable = self.curve.log2_lr[self.curve.usable]
         return float(usable.min() if side == "low" else usable.max())
 
+    def beyond_end(self, side: str) -> tuple[float | None, str]:
+        """The LR tried next past the usable end on ``side`` (log2; None when nothing was tried
+        past it) and what is known there: ``grid`` (nothing tried), ``diverged`` (every seed
+        that ran there diverged: a real bound), ``missing`` (failed or no row, without a usable
+        loss) or ``pending`` (a run there has not ended)."""
+        c = self.curve
+        end = self.usable_end(side)
+        tried = np.union1d(c.log2_lr, c.pending_log2_lr)
+        past = tried[tried > end + 1e-9] if side == "high" else tried[tried < end - 1e-9]
+        if not past.size:
+            return None, "grid"
+        x = float(past.min() if side == "high" else past.max())
+        if np.any(np.abs(c.pending_log2_lr - x) < 1e-9):
+            return x, "pending"
+        i = int(np.flatnonzero(np.abs(c.log2_lr - x) < 1e-9)[0])
+        return x, "diverged" if c.n_diverged[i] > 0 and c.n_missing[i] == 0 else "missing"
+
     @property
     def open_ends(self) -> tuple[str, ...]:
         """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: it ends on
-        the last usable LR of that side (enough bootstrap optima sit on that grid point) and no
-        LR past it was tried, so the curve is not bracketed there and the interval understates
-        the uncertainty on that side. An end next to tried LRs that diverged is a bound, not open."""
+        the last usable LR of that side (enough bootstrap optima sit on that grid point) and
+        nothing past it bounds the curve: no LR was tried there, or the next one has no usable
+        loss for a reason other than divergence (failed, missing, pending; :meth:`beyond_end`).
+        The curve is then not bracketed on that side and the interval understates the
+        uncertainty there. Only an end next to an LR where every seed diverged is a real bound
+        (the optimum cannot lie in a diverging LR), not open."""
         if self.opt_ci is None or not self.curve.usable.any():
             return ()
-        tried = self.curve.log2_lr
         return tuple(
             side
-            for side, outer, ci_end in (("low", tried.min(), self.opt_ci[0]), ("high", tried.max(), self.opt_ci[1]))
-            if self.usable_end(side) == outer and abs(ci_end - self.usable_end(side)) < 1e-9
+            for side, ci_end in (("low", self.opt_ci[0]), ("high", self.opt_ci[1]))
+            if abs(ci_end - self.usable_end(side)) < 1e-9 and self.beyond_end(side)[1] != "diverged"
         )
 
     @property
@@ -636,14 +655,21 @@ def _bootstrap(
         d.opt_ci = _percentile_ci(opt_boot[:, j])
         for side in d.open_ends:
             end = d.usable_end(side)
-            notes.append(
-                Note(
-                    f"{where_ff} | L={d.depth}",
+            beyond, why = d.beyond_end(side)
+            if why == "grid":
+                text = (
                     f"the optimum's CI ends on the {side}est LR tried (log2 lr {end:g}) and nothing past it was "
                     f"tried: the interval is cut there and understates the uncertainty on that side "
-                    f"(try the next LR {'up' if side == 'high' else 'down'})",
+                    f"(try the next LR {'up' if side == 'high' else 'down'})"
                 )
-            )
+            else:
+                ran = "runs failed or have no row at this eval point" if why == "missing" else "runs are pending"
+                text = (
+                    f"the optimum's CI ends on the {side}est usable LR (log2 lr {end:g}) and the next LR tried past "
+                    f"it (log2 lr {beyond:g}) has no usable loss because its {ran}, not because they diverged: the "
+                    f"interval is cut there and understates the uncertainty on that side (rerun or finish that LR)"
+                )
+            notes.append(Note(f"{where_ff} | L={d.depth}", text))
     _bootstrap_regrets(found, draws_of, where_ff, notes)
     if len(found) >= 2:
         x = np.log2([d.depth for d in found])

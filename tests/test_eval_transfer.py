@@ -725,3 +725,32 @@ def test_an_optimum_ci_cut_by_the_last_lr_tried_is_open_and_fails_its_goal(tmp_p
     _, d = depth_result(analysis, "depth_mup", 1.0, 16)
     assert d.n_lr_diverged == 1 and d.opt_ci[1] == -9.0 and d.open_ends == ()
     assert check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0].met
+
+
+@pytest.mark.parametrize(
+    "statuses,why",
+    [(("failed",) * 3, "missing"), (("pending",) * 3, "pending"), (("diverged", "diverged", "failed"), "missing")],
+)
+def test_an_end_next_to_an_lr_without_a_usable_loss_that_did_not_diverge_is_open(tmp_path, statuses, why):
+    """The same cut curve (planted optimum 2^-9.2, CI upper end on 2^-9.0), now with 2^-8.5 and
+    2^-8.0 tried past it: 2^-8.0 diverged for every seed, 2^-8.5 has no usable loss because its
+    runs failed, are pending, or one of three failed where two diverged. Only an LR where every
+    seed diverged bounds the optimum, so the end stays open (it used to count as bounded because
+    a diverged LR lay further out) and the width goal is not met."""
+    from eval.goals import check_goals
+
+    grid = tuple(x for x in GRID if x <= -8.0)
+    rows = make_rows(slopes={"depth_mup": 0.0}, grid=grid, fractions=(1.0,), noise=0.02, diverge_gap=1.1)
+    for row in rows:
+        if math.log2(row["optimizer.lr"]) == -8.5:
+            row.update(status=statuses[row["run.seed"]], step="", val_loss="")
+    analysis = run_analysis(tmp_path, rows, window=2)
+    _, d = depth_result(analysis, "depth_mup", 1.0, 16)
+    assert d.opt_ci[1] == -9.0 and d.beyond_end("high") == (-8.5, why)
+    assert d.open_ends == ("high",)
+    assert (
+        "[depth_mup | end (f=1) | L=16] the optimum's CI ends on the highest usable LR (log2 lr -9) and the next LR "
+        "tried past it (log2 lr -8.5) has no usable loss because its runs "
+    ) in notes_text(analysis)
+    check = check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0]
+    assert check.within_target and not check.met and check.open == ("L=16 high",)
