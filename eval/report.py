@@ -115,6 +115,9 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
         "drift_log2_lr": _num(r.drift),
         "drift_ci": list(r.drift_ci) if r.drift_ci else None,
         "max_regret": _num(r.max_regret),
+        "max_regret_text": r.max_regret_text(),
+        "regret_diverged_at": r.regret_diverged_at,
+        "regret_not_measured_at": r.regret_not_measured_at,
         "bootstrap_samples": r.n_boot,
         "depths": [depth_dict(d) for d in r.depths],
     }
@@ -459,7 +462,9 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             "p",
             "Slope: least-squares slope of optimal log2 LR against log2 depth (0 = the optimum does not move). "
             "Drift: max − min of optimal log2 LR across depths. Max regret: the worst loss increase from using the "
-            "base depth's optimal LR at another depth instead of that depth's own optimum.",
+            "base depth's optimal LR at another depth instead of that depth's own optimum; \"diverged at L=…\" "
+            "where that LR diverged (no number: the transfer failed there), and the depths where no regret could "
+            "be measured are named.",
         ),
         Block(
             "table",
@@ -482,7 +487,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     _slope_text(r),
                     ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
                     _f(r.drift) + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else ""),
-                    _f(r.max_regret, ".4f"),
+                    r.max_regret_text(),
                 ]
                 for r in analysis.results
             ],

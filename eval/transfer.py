@@ -165,9 +165,37 @@ class FractionResult:
     n_boot: int = 0
 
     @property
+    def regret_diverged_at(self) -> list[int]:
+        """Depths where the base depth's optimal LR diverged (regret status ``diverged``: it lies
+        inside the LRs tried there but past the usable ones, next to diverged runs)."""
+        return [d.depth for d in self.depths if d.regret_status == "diverged"]
+
+    @property
+    def regret_not_measured_at(self) -> list[int]:
+        """Depths with no regret for another reason (outside the LRs tried, missing runs, no optimum)."""
+        return [d.depth for d in self.depths if d.regret_status not in ("ok", "diverged")]
+
+    @property
     def max_regret(self) -> float:
+        """The largest regret over the depths, NaN when the base LR diverged at any depth (no
+        number: that transfer failed, :attr:`regret_diverged_at`) or no regret was measured.
+        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`)."""
+        if self.regret_diverged_at:
+            return math.nan
         vals = [d.regret for d in self.depths if math.isfinite(d.regret)]
         return max(vals) if vals else math.nan
+
+    def max_regret_text(self, fmt: str = ".4f") -> str:
+        """``diverged at L=8, 16, 32`` when the base LR diverged somewhere, else the largest
+        regret, with the depths where none was measured named."""
+        missing = self.regret_not_measured_at
+        unmeasured = f"not measured at L={', '.join(map(str, missing))}" if missing else ""
+        if self.regret_diverged_at:
+            text = f"diverged at L={', '.join(map(str, self.regret_diverged_at))}"
+            return text + (f"; {unmeasured}" if unmeasured else "")
+        if not math.isfinite(self.max_regret):
+            return unmeasured or "n/a"
+        return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 
     @property
     def base(self) -> DepthResult | None:

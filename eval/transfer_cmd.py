@@ -307,7 +307,7 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
         slope = f"{s.slope:+.3f}" if s.available else "n/a"
         ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else ""
         drift = f"{r.drift:.3f}" if r.drift == r.drift else "n/a"
-        regret = f"{r.max_regret:.4f}" if r.max_regret == r.max_regret else "n/a"
+        regret = r.max_regret_text()
         print(
             f"{r.family.label:<28} {fraction_label(r.fraction):<12} base L={r.base_depth}  "
             f"slope {slope}{ci}  drift {drift}  max regret {regret}"

@@ -243,6 +243,30 @@ def test_regret_ci_covers_the_planted_regret(planted, fraction):
     assert deepest.regret_ci[0] <= 0.003 and deepest.regret_ci[1] < 0.01  # no drift: regret ~ 0
 
 
+def test_max_regret_says_where_the_base_lr_diverged(tmp_path, capsys):
+    """sp's optimum falls one octave per doubling (2^-9.2 at L=2, -10.2 at L=4, -11.2 at L=8)
+    and runs more than 1.5 octaves above it diverge: the base LR costs about K * 1^2 = 0.1
+    nats at L=4 (read linearly between 2^-9.5, 0.1 * 0.7^2 = 0.049, and 2^-9, 0.1 * 1.2^2 =
+    0.144: 0.106 at 2^-9.2) and diverges at L=8 and L=16. The max regret used to print that
+    0.1, the largest regret that could be computed; it now says where the transfer diverged."""
+    rows = make_rows(slopes={"sp": 1.0}, diverge_gap=1.5, seeds=(0, 1))
+    sweep = write_sweep(tmp_path / "sweep", rows)
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "out"), "--bootstrap", "50", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.count("max regret diverged at L=8, 16") == 2 and "max regret 0.1" not in stdout
+    analysis = analyze(read_results(sweep), n_boot=0)
+    for fraction in (0.5, 1.0):
+        result, d4 = depth_result(analysis, "sp", fraction, 4)
+        assert d4.regret_status == "ok" and d4.regret_method == "linear"
+        assert d4.regret == pytest.approx(0.049 + 0.6 * (0.144 - 0.049), abs=0.01)
+        assert result.regret_diverged_at == [8, 16] and math.isnan(result.max_regret)
+        assert result.max_regret_text() == "diverged at L=8, 16"
+    data = json.loads((tmp_path / "out" / "transfer.json").read_text())
+    sp_end = next(r for r in data["results"] if r["preset"] == "sp" and r["fraction"] == 1.0)
+    assert sp_end["max_regret"] is None and sp_end["regret_diverged_at"] == [8, 16]
+    assert "| diverged at L=8, 16 |" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_loss_gap_between_presets_at_the_deepest_depth(tmp_path):
     rows = make_rows(seeds=(0, 1, 2))
     for r in rows:  # plant: sp is 0.03 nats worse at L=16 at every LR; equal elsewhere
