@@ -123,10 +123,79 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
     }
 
 
+EDGE_MARK = "†"
+CUT_MARK = "‡"
+HEADLINE_LEGEND = (
+    f"{EDGE_MARK}: rests on an optimum at the edge of the usable LRs (not bracketed: that number is a bound, not an "
+    f"estimate). {CUT_MARK}: rests on an optimum whose interval is cut by the LRs tried (it ends on the last usable "
+    "LR with nothing usable past it: the CI understates the uncertainty on that side). The report's warnings "
+    "name the optima; `transfer.json` lists them under each headline row's `marks`."
+)
+
+
+def optimum_marks(depths: list[DepthResult], prefix: str = "") -> dict[str, list[str]]:
+    """The optima behind a number that are bounds (``edge``: at the edge of the usable LRs) or
+    whose intervals are cut by the LRs tried (``cut``: :attr:`DepthResult.open_ends`), as
+    ``L=32 low`` (with ``prefix``, e.g. a family label, in front)."""
+    seen: list[DepthResult] = []
+    for d in depths:
+        if d is not None and d.optimum.found and all(d is not e for e in seen):
+            seen.append(d)
+    return {
+        "edge": [f"{prefix}L={d.depth} {d.optimum.edge}" for d in seen if d.optimum.edge is not None],
+        "cut": [f"{prefix}L={d.depth} {side}" for d in seen for side in d.open_ends],
+    }
+
+
+def mark_text(marks: dict[str, list[str]] | None) -> str:
+    """`` †``, `` ‡``, `` †‡`` or nothing: what a headline number rests on (:data:`HEADLINE_LEGEND`)."""
+    if not marks:
+        return ""
+    text = (EDGE_MARK if marks.get("edge") else "") + (CUT_MARK if marks.get("cut") else "")
+    return " " + text if text else ""
+
+
+def slope_marks(r: FractionResult) -> dict[str, list[str]]:
+    """What the slope and drift rest on: every depth's optimum."""
+    return optimum_marks([d for d in r.depths if d.optimum.found]) if r.slope.available else optimum_marks([])
+
+
+def regret_marks(r: FractionResult, d: DepthResult | None) -> dict[str, list[str]]:
+    """What a regret at ``d`` rests on: the base depth's optimum (the LR reused) and ``d``'s own."""
+    return optimum_marks([r.base, d]) if d is not None and d.regret_status == "ok" else optimum_marks([])
+
+
+def max_regret_marks(r: FractionResult) -> dict[str, list[str]]:
+    if not math.isfinite(r.max_regret):
+        return optimum_marks([])
+    worst = max((d for d in r.depths if math.isfinite(d.regret)), key=lambda d: d.regret)
+    return regret_marks(r, worst)
+
+
+def gap_marks(analysis: TransferAnalysis, g: PresetGap) -> dict[str, list[str]]:
+    """What a loss gap rests on: both families' optima at its depth."""
+    marks = optimum_marks([])
+    for family in (g.reference, g.family):
+        r = analysis.result(family, g.fraction)
+        d = next((d for d in r.depths if d.depth == g.depth), None)
+        for kind, items in optimum_marks([d], f"{family.label} ").items():
+            marks[kind] += items
+    return marks
+
+
+def headline_legend(rows: list[dict[str, Any]]) -> str | None:
+    """The legend of the marks, when a headline row carries one."""
+    kinds = ("slope", "deepest_opt", "regret_at_deepest", "loss_gap")
+    marked = any(mark_text((h.get("marks") or {}).get(k)) for h in rows for k in kinds)
+    return HEADLINE_LEGEND if marked else None
+
+
 def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
     """The three answers per family and fraction: where the optimum goes (slope), what reusing
     the base depth's LR costs at the deepest depth (regret), and the loss gap to the reference
-    family there; each with its CI (None where there is none)."""
+    family there; each with its CI (None where there is none), and ``marks``: per number, the
+    optima it rests on that are bounds (``edge``) or have intervals cut by the LRs tried
+    (``cut``), empty lists where none (:func:`optimum_marks`)."""
     rows = []
     for r in analysis.results:
         found = [d for d in r.depths if d.optimum.found]
@@ -149,6 +218,13 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "gap_depth": gap.depth if gap else None,
                 "loss_gap": _num(gap.gap) if gap else None,
                 "loss_gap_ci": list(gap.ci) if gap and gap.ci else None,
+                "regret_at_deepest_status": deepest.regret_status if deepest else None,
+                "marks": {
+                    "slope": slope_marks(r),
+                    "deepest_opt": optimum_marks([deepest]),
+                    "regret_at_deepest": regret_marks(r, deepest),
+                    "loss_gap": gap_marks(analysis, gap) if gap else optimum_marks([]),
+                },
             }
         )
     return rows
@@ -217,22 +293,30 @@ def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str
         "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", "deepest L",
         "optimal log2 LR there [95% CI]", "regret there (nats) [95% CI]", "loss gap vs reference [95% CI]",
     ]  # fmt: skip
-    cells = [
-        [
-            h["family"],
-            h["fraction_label"],
-            _with_ci(h["slope"], h["slope_ci"], "+.3f"),
-            str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
-            _with_ci(h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f"),
-            _with_ci(h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f"),
-            (
-                f"{_with_ci(h['loss_gap'], h['loss_gap_ci'], '+.4f')} (− {h['gap_reference']})"
-                if h["gap_reference"]
-                else "reference"
-            ),
-        ]
-        for h in rows
-    ]
+
+    def marked(h: dict[str, Any], value: Any, ci: Any, fmt: str, kind: str) -> str:
+        return _with_ci(value, ci, fmt) + (mark_text((h.get("marks") or {}).get(kind)) if value is not None else "")
+
+    cells = []
+    for h in rows:
+        regret = marked(h, h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f", "regret_at_deepest")
+        if h["regret_at_deepest"] is None and h.get("regret_at_deepest_status") == "diverged":
+            regret = "diverged (the base LR)"
+        cells.append(
+            [
+                h["family"],
+                h["fraction_label"],
+                marked(h, h["slope"], h["slope_ci"], "+.3f", "slope"),
+                str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
+                marked(h, h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f", "deepest_opt"),
+                regret,
+                (
+                    f"{marked(h, h['loss_gap'], h['loss_gap_ci'], '+.4f', 'loss_gap')} (− {h['gap_reference']})"
+                    if h["gap_reference"]
+                    else "reference"
+                ),
+            ]
+        )
     return header, cells
 
 
@@ -445,9 +529,11 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             Block("p", f"{met} of {len(analysis.goals)} goals met (intervals: the headline's 95% bootstrap CIs)."),
             Block("table", header=g_header, rows=g_rows),
         ]
+    legend = headline_legend(headline_rows(analysis))
     blocks += [
         Block("h2", "Headline"),
         Block("table", header=head_header, rows=head_rows),
+        *([Block("p", legend)] if legend else []),
     ]
     if analysis.predictions:
         p_header, p_rows = prediction_table([prediction_dict(p) for p in analysis.predictions])
@@ -464,7 +550,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             "Drift: max − min of optimal log2 LR across depths. Max regret: the worst loss increase from using the "
             "base depth's optimal LR at another depth instead of that depth's own optimum; \"diverged at L=…\" "
             "where that LR diverged (no number: the transfer failed there), and the depths where no regret could "
-            "be measured are named.",
+            f"be measured are named. {EDGE_MARK} and {CUT_MARK} as in the headline.",
         ),
         Block(
             "table",
@@ -484,10 +570,12 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     fraction_label(r.fraction),
                     str(r.base_depth) if r.base_depth is not None else "—",
                     f"{r.slope.n_depths} of {len(r.depths)}",
-                    _slope_text(r),
+                    _slope_text(r) + (mark_text(slope_marks(r)) if r.slope.available else ""),
                     ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
-                    _f(r.drift) + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else ""),
-                    r.max_regret_text(),
+                    _f(r.drift)
+                    + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else "")
+                    + (mark_text(slope_marks(r)) if math.isfinite(r.drift) else ""),
+                    r.max_regret_text() + mark_text(max_regret_marks(r)),
                 ]
                 for r in analysis.results
             ],
@@ -500,7 +588,8 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "p",
                 "Best loss of a family minus the reference's best loss, at the deepest depth both reached (negative: "
                 "lower loss than the reference). The reference is the first family that differs only in the preset "
-                "(one per block type, width, ...). The CI resamples each family's seeds independently.",
+                "(one per block type, width, ...). The CI resamples each family's seeds independently. "
+                f"{EDGE_MARK} and {CUT_MARK} as in the headline.",
             ),
             Block(
                 "table",
@@ -510,7 +599,9 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                         f"{g.family.label} − {g.reference.label}",
                         fraction_label(g.fraction),
                         str(g.depth),
-                        f"{g.gap:+.4f}" + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"),
+                        f"{g.gap:+.4f}"
+                        + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)")
+                        + mark_text(gap_marks(analysis, g)),
                         ("yes" if g.ci[0] <= 0 <= g.ci[1] else "no") if g.ci else "—",
                     ]
                     for g in analysis.gaps

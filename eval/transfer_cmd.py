@@ -301,23 +301,31 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
+    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
 
+    marked = False
     for r in analysis.results:
         s = r.slope
+        marks = mark_text(slope_marks(r))
         slope = f"{s.slope:+.3f}" if s.available else "n/a"
         ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else ""
-        drift = f"{r.drift:.3f}" if r.drift == r.drift else "n/a"
-        regret = r.max_regret_text()
+        drift = f"{r.drift:.3f}{marks}" if r.drift == r.drift else "n/a"
+        regret = r.max_regret_text() + mark_text(max_regret_marks(r))
+        marked = marked or bool(marks) or bool(mark_text(max_regret_marks(r)))
         print(
             f"{r.family.label:<28} {fraction_label(r.fraction):<12} base L={r.base_depth}  "
-            f"slope {slope}{ci}  drift {drift}  max regret {regret}"
+            f"slope {slope}{ci}{marks if s.available else ''}  drift {drift}  max regret {regret}"
         )
     for g in analysis.gaps:
         ci = f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"
+        marks = mark_text(gap_marks(analysis, g))
+        marked = marked or bool(marks)
         print(
             f"loss gap {g.family.label} - {g.reference.label} at L={g.depth}, "
-            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}"
+            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}{marks}"
         )
+    if marked:
+        print(HEADLINE_LEGEND.replace("`", ""))
     for p in analysis.predictions:
         ci = f" [{p.ci[0]:.2f}, {p.ci[1]:.2f}]" if p.ci else " (no CI)"
         rci = f" [{p.regret_ci[0]:.4f}, {p.regret_ci[1]:.4f}]" if p.regret_ci else ""

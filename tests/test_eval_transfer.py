@@ -376,6 +376,44 @@ def test_edge_of_grid_optimum_is_flagged(tmp_path):
     assert "bounds, not estimates" in text
 
 
+def test_headline_marks_numbers_that_rest_on_edge_optima_or_cut_intervals(tmp_path, capsys):
+    """LRs tried 2^-10.5..2^-6: sp's L=16 optimum (planted 2^-10.7) lies below them, so its
+    optimum is the edge point 2^-10.5 (a bound) and its interval ends there (cut). Every headline
+    number that uses it (slope, the L=16 optimum, the regret there, the gap to depth_mup) is
+    marked in the table itself, with the legend; depth_mup's own numbers (bracketed at 2^-9.2)
+    are not, and no number changes."""
+    grid = tuple(float(x) for x in np.round(np.arange(-10.5, -6.0 + 1e-9, 0.5), 6))
+    sweep = write_sweep(tmp_path / "sweep", make_rows(slopes={"depth_mup": 0.0, "sp": 0.5}, grid=grid))
+    out = tmp_path / "out"
+    assert main(["transfer", str(sweep), "--out", str(out), "--bootstrap", "200", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    sp_line = next(line for line in stdout.splitlines() if line.startswith("sp") and "end (f=1)" in line)
+    assert "] †‡  drift" in sp_line
+    from eval.report import HEADLINE_LEGEND, _with_ci, headline_rows, headline_table
+
+    assert HEADLINE_LEGEND.replace("`", "") in stdout
+    analysis = analyze(read_results(sweep), n_boot=200)
+    rows = {(h["family"], h["fraction"]): h for h in headline_rows(analysis)}
+    sp, dm = rows[("sp", 1.0)], rows[("depth_mup", 1.0)]
+    assert sp["deepest_depth"] == 16 and sp["deepest_opt_log2_lr"] == -10.5
+    edge, cut = ["L=16 low"], ["L=16 low"]
+    assert sp["marks"]["slope"] == {"edge": edge, "cut": cut}
+    assert sp["marks"]["deepest_opt"] == {"edge": edge, "cut": cut}
+    assert sp["marks"]["regret_at_deepest"] == {"edge": edge, "cut": cut}  # base L=2 is bracketed
+    assert sp["marks"]["loss_gap"] == {"edge": ["sp L=16 low"], "cut": ["sp L=16 low"]}
+    assert all(m == {"edge": [], "cut": []} for m in dm["marks"].values())
+    header, cells = headline_table([sp, dm])
+    assert cells[0][2] == _with_ci(sp["slope"], sp["slope_ci"], "+.3f") + " †‡"
+    assert cells[0][4] == "-10.50 [-10.50, -10.50] †‡"
+    assert cells[0][5] == _with_ci(sp["regret_at_deepest"], sp["regret_at_deepest_ci"], ".4f") + " †‡"
+    assert cells[0][6] == _with_ci(sp["loss_gap"], sp["loss_gap_ci"], "+.4f") + " †‡ (− depth_mup)"
+    assert not any("†" in c or "‡" in c for c in cells[1])
+    md = (out / "report.md").read_text()
+    assert f"| sp | end (f=1) | {cells[0][2]} | 16 | -10.50 [-10.50, -10.50] †‡ |" in md and HEADLINE_LEGEND in md
+    headline = json.loads((out / "transfer.json").read_text())["headline"]
+    assert next(h for h in headline if h["family"] == "sp" and h["fraction"] == 1.0)["marks"] == sp["marks"]
+
+
 def test_optimum_next_to_divergence_is_flagged(tmp_path):
     analysis = run_analysis(tmp_path, make_rows(slopes={"sp": 0.0}, diverge_gap=0.2, seeds=(0, 1)), fractions=[1.0])
     _, d8 = depth_result(analysis, "sp", 1.0, 8)
