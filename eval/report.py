@@ -109,6 +109,12 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
             "ci_low": _num(s.ci_low),
             "ci_high": _num(s.ci_high),
             "ci_contains_zero": (s.ci_low <= 0.0 <= s.ci_high) if s.ci_available else None,
+            "tolerance": r.slope_tolerance,
+            "ci_inside_tolerance": (-r.slope_tolerance <= s.ci_low and s.ci_high <= r.slope_tolerance)
+            if s.ci_available
+            else None,
+            "verdict": r.verdict,
+            "permitted_drift_octaves": _num(r.permitted_drift),
             "ci_note": s.ci_note,
             "note": s.note,
         },
@@ -183,6 +189,19 @@ def gap_marks(analysis: TransferAnalysis, g: PresetGap) -> dict[str, list[str]]:
     return marks
 
 
+def verdict_text(tolerance: float | None) -> str:
+    """What the verdict column means, with the tolerance used."""
+    tol = "the tolerance" if tolerance is None else f"±{tolerance:g} octave of optimal LR per doubling of depth"
+    return (
+        f"Verdict (per family and fraction, from the slope's 95% CI and an equivalence bound of {tol}, "
+        '`--slope-tolerance`): "consistent with transfer" when the whole CI lies within the bound (every slope it '
+        "allows moves the optimum less than that; the Summary table gives the drift it permits over the depths "
+        'swept); else "does not transfer" when the CI excludes 0; else "inconclusive": the CI contains 0 but also '
+        "slopes beyond the bound, so containing 0 alone does not show transfer. A marked verdict rests on the "
+        "marked optima."
+    )
+
+
 def headline_legend(rows: list[dict[str, Any]]) -> str | None:
     """The legend of the marks, when a headline row carries one."""
     kinds = ("slope", "deepest_opt", "regret_at_deepest", "loss_gap")
@@ -209,6 +228,8 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "fraction_label": fraction_label(r.fraction),
                 "slope": _num(s.slope),
                 "slope_ci": [s.ci_low, s.ci_high] if s.ci_available else None,
+                "verdict": r.verdict,
+                "slope_tolerance": r.slope_tolerance,
                 "deepest_depth": deepest.depth if deepest else None,
                 "deepest_opt_log2_lr": _num(deepest.optimum.log2_lr) if deepest else None,
                 "deepest_opt_ci": list(deepest.opt_ci) if deepest and deepest.opt_ci else None,
@@ -289,8 +310,10 @@ def _with_ci(value: Any, ci: Any, fmt: str) -> str:
 
 def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the headline table (shared by report.md and the demo's summary)."""
+    tolerances = sorted({h["slope_tolerance"] for h in rows if h.get("slope_tolerance") is not None})
+    verdict = "verdict (slope CI vs ±" + (f"{tolerances[0]:g})" if len(tolerances) == 1 else "tolerance)")
     header = [
-        "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", "deepest L",
+        "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", verdict, "deepest L",
         "optimal log2 LR there [95% CI]", "regret there (nats) [95% CI]", "loss gap vs reference [95% CI]",
     ]  # fmt: skip
 
@@ -307,6 +330,9 @@ def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str
                 h["family"],
                 h["fraction_label"],
                 marked(h, h["slope"], h["slope_ci"], "+.3f", "slope"),
+                (h["verdict"] + mark_text((h.get("marks") or {}).get("slope")))
+                if h.get("verdict")
+                else ("no verdict (no CI)" if "verdict" in h else "—"),
                 str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
                 marked(h, h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f", "deepest_opt"),
                 regret,
@@ -534,6 +560,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
         Block("h2", "Headline"),
         Block("table", header=head_header, rows=head_rows),
         *([Block("p", legend)] if legend else []),
+        Block("p", verdict_text(st.get("slope_tolerance"))),
     ]
     if analysis.predictions:
         p_header, p_rows = prediction_table([prediction_dict(p) for p in analysis.predictions])
@@ -561,6 +588,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "depths with optimum",
                 "slope [95% CI]",
                 "CI contains 0",
+                "verdict",
                 "drift (log2 LR) [95% CI]",
                 "max regret",
             ],  # fmt: skip
@@ -572,6 +600,13 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     f"{r.slope.n_depths} of {len(r.depths)}",
                     _slope_text(r) + (mark_text(slope_marks(r)) if r.slope.available else ""),
                     ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
+                    (
+                        r.verdict
+                        + mark_text(slope_marks(r))
+                        + f" (±{r.slope_tolerance:g}: ≤ {_f(r.permitted_drift, '.2f')} octave)"
+                    )
+                    if r.verdict
+                    else "no verdict (no CI)",
                     _f(r.drift)
                     + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else "")
                     + (mark_text(slope_marks(r)) if math.isfinite(r.drift) else ""),
@@ -653,10 +688,17 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "best-grid-point fallback, a hollow ◆ an optimum on the edge of the usable LRs (only a bound); × at the "
                 "top marks LRs where every seed diverged (excluded from fits). Curves that share their minimum's x "
                 "position across depth mean the LR transfers.",
-                "Optimal-LR-vs-depth: a flat line (slope ≈ 0, CI containing 0) means transfer; a negative slope means "
-                "deeper models want smaller LRs. Error bars and the slope CI cover seed noise only, not grid resolution.",
+                "Optimal-LR-vs-depth: the optimum transfers when its slope against log2 depth is within the "
+                'tolerance: the verdict says "consistent with transfer" only when the slope\'s whole CI lies inside '
+                "±tolerance. A CI that contains 0 but reaches beyond the tolerance (e.g. [-1.131, +0.159]) is "
+                '"inconclusive", not transfer; a CI that excludes 0 (beyond the tolerance) "does not transfer". A '
+                "negative slope means deeper models want smaller LRs. Error bars and the slope CI cover seed noise "
+                "only, not grid resolution.",
                 "Regret: loss at depth L when reusing the base depth's optimal LR, minus the best loss at L (the fitted "
-                "minimum when the quadratic is accepted, else the best grid mean).",
+                "minimum when the quadratic is accepted, else the best grid mean). It is a loss minus the curve's "
+                "minimum, so it is ≥ 0 in every bootstrap draw and its interval cannot reach below 0: a lower end "
+                'printed 0.000 means "consistent with no regret" (the interval\'s upper end bounds the cost), not a '
+                "measured regret of 0.",
             ],
         ),
     ]

@@ -20,6 +20,10 @@ from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.5, 1.0)
 CI_LEVEL = 95.0
+# equivalence bound of the transfer verdict, in octaves of optimal LR per doubling of depth
+# (``--slope-tolerance``): over L = 2..32 it permits 0.4 octave of drift; docs/eval.md, "Verdict"
+DEFAULT_SLOPE_TOLERANCE = 0.1
+VERDICTS: tuple[str, ...] = ("consistent with transfer", "does not transfer", "inconclusive")
 _MAX_IDS_SHOWN = 4
 
 
@@ -163,6 +167,19 @@ class FractionResult:
     drift: float = math.nan
     drift_ci: tuple[float, float] | None = None
     n_boot: int = 0
+    slope_tolerance: float = DEFAULT_SLOPE_TOLERANCE
+
+    @property
+    def verdict(self) -> str | None:
+        """:func:`transfer_verdict` of this slope at :attr:`slope_tolerance` (None without a CI)."""
+        return transfer_verdict(self.slope, self.slope_tolerance)
+
+    @property
+    def permitted_drift(self) -> float:
+        """The drift of the optimum (octaves) the tolerance permits over this family's depths
+        with an optimum: tolerance x log2(deepest / shallowest); NaN with fewer than two."""
+        found = [d.depth for d in self.depths if d.optimum.found]
+        return self.slope_tolerance * math.log2(max(found) / min(found)) if len(found) >= 2 else math.nan
 
     @property
     def regret_diverged_at(self) -> list[int]:
@@ -237,6 +254,22 @@ class TransferAnalysis:
 
     def result(self, family: Family, fraction: float) -> FractionResult:
         return next(r for r in self.results if r.family == family and r.fraction == fraction)
+
+
+def transfer_verdict(slope: SlopeFit, tolerance: float) -> str | None:
+    """Three-way answer from the slope's 95% CI and an equivalence bound ``tolerance`` (octaves
+    per doubling): ``consistent with transfer`` when the CI lies inside [-tolerance, +tolerance]
+    (every slope it allows moves the optimum by less than the tolerance; a CI inside the bound
+    that excludes 0 is a drift detected but smaller than the tolerance, and counts as this),
+    else ``does not transfer`` when it excludes 0, else ``inconclusive`` (it contains 0 and
+    slopes beyond the tolerance). None without a CI."""
+    if not slope.ci_available:
+        return None
+    if -tolerance <= slope.ci_low and slope.ci_high <= tolerance:
+        return VERDICTS[0]
+    if slope.ci_low > 0.0 or slope.ci_high < 0.0:
+        return VERDICTS[1]
+    return VERDICTS[2]
 
 
 def fraction_label(fraction: float) -> str:
@@ -323,10 +356,13 @@ def analyze(
     boot_seed: int = 0,
     use_evals_before_divergence: bool = False,
     seed_model: str = "independent",
+    slope_tolerance: float = DEFAULT_SLOPE_TOLERANCE,
 ) -> TransferAnalysis:
     """Run the whole transfer analysis on validated sweep results."""
     if window < 1:
         raise AnalysisInputError(f"--fit-window must be >= 1, got {window}")
+    if not (math.isfinite(slope_tolerance) and slope_tolerance > 0):
+        raise AnalysisInputError(f"--slope-tolerance must be a positive number, got {slope_tolerance}")
     if n_boot < 0:
         raise AnalysisInputError(f"--bootstrap must be >= 0, got {n_boot}")
     if seed_model not in SEED_MODELS:
@@ -361,6 +397,7 @@ def analyze(
             result, fam_notes = _analyze_family_fraction(
                 family, fraction, curveset, base_depth, window, n_boot, rng, seed_model
             )
+            result.slope_tolerance = slope_tolerance
             results.append(result)
             notes.extend(fam_notes)
     diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
@@ -378,6 +415,7 @@ def analyze(
             "bootstrap_samples": n_boot,
             "bootstrap_seed": boot_seed,
             "ci_level": CI_LEVEL,
+            "slope_tolerance": slope_tolerance,
             "use_evals_before_divergence": use_evals_before_divergence,
             "base_depth_override": base_depth,
             "presets": presets,

@@ -267,6 +267,55 @@ def test_max_regret_says_where_the_base_lr_diverged(tmp_path, capsys):
     assert "| diverged at L=8, 16 |" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.parametrize(
+    "ci,verdict",
+    [
+        ((-0.05, 0.08), "consistent with transfer"),
+        ((-0.1, 0.1), "consistent with transfer"),  # the bound itself is inside
+        ((0.02, 0.08), "consistent with transfer"),  # a drift detected, smaller than the tolerance
+        ((-1.131, 0.159), "inconclusive"),  # contains 0, and slopes that would not transfer
+        ((-0.05, 0.12), "inconclusive"),
+        ((0.017, 0.536), "does not transfer"),
+        ((-0.2, -0.15), "does not transfer"),
+        ((math.nan, math.nan), None),
+    ],
+)
+def test_transfer_verdict_reads_the_slope_ci_against_the_tolerance(ci, verdict):
+    from eval.transfer import SlopeFit, transfer_verdict
+
+    assert transfer_verdict(SlopeFit(slope=0.0, ci_low=ci[0], ci_high=ci[1]), 0.1) == verdict
+
+
+def test_verdicts_on_planted_sweeps_and_the_tolerance_option(tmp_path, planted, capsys):
+    """Planted (4 seeds, noise 0.002): depth_mup's flat optimum has a CI well inside +-0.1
+    (consistent with transfer), sp's slope -0.5 excludes 0 (does not transfer). Two seeds with
+    25 times the noise: depth_mup's CI contains 0 but reaches past +-0.1 (inconclusive, though
+    `ci_contains_zero`); with --slope-tolerance 1 the same CI lies inside the bound."""
+    for r in planted.results:
+        assert r.verdict == {"depth_mup": "consistent with transfer", "sp": "does not transfer"}[r.family.preset]
+        assert r.permitted_drift == pytest.approx(0.1 * 3)  # L = 2..16: three doublings
+    sweep = write_sweep(tmp_path / "noisy", make_rows(slopes={"depth_mup": 0.0}, seeds=(0, 1), noise=0.05))
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "a"), "--bootstrap", "300", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    data = json.loads((tmp_path / "a" / "transfer.json").read_text())
+    assert data["settings"]["slope_tolerance"] == 0.1
+    for result, head in zip(data["results"], data["headline"]):
+        lo, hi = result["slope"]["ci_low"], result["slope"]["ci_high"]
+        assert lo <= 0.0 <= hi and (lo < -0.1 or hi > 0.1), (lo, hi)
+        assert result["slope"]["ci_contains_zero"] and not result["slope"]["ci_inside_tolerance"]
+        assert result["slope"]["verdict"] == head["verdict"] == "inconclusive"
+        assert result["slope"]["permitted_drift_octaves"] == pytest.approx(0.3)
+        assert max(-lo, hi) < 1.0
+    assert stdout.count("verdict (±0.1): inconclusive") == 2
+    assert "| verdict (slope CI vs ±0.1) |" in (tmp_path / "a" / "report.md").read_text()
+    argv = ["transfer", str(sweep), "--out", str(tmp_path / "b"), "--bootstrap", "300", "--no-figures"]
+    assert main([*argv, "--slope-tolerance", "1"]) == 0
+    assert capsys.readouterr().out.count("verdict (±1): consistent with transfer") == 2
+    with pytest.raises(SystemExit):
+        main([*argv, "--slope-tolerance", "0"])
+    assert "--slope-tolerance: '0' must be a positive number" in capsys.readouterr().err
+
+
 def test_loss_gap_between_presets_at_the_deepest_depth(tmp_path):
     rows = make_rows(seeds=(0, 1, 2))
     for r in rows:  # plant: sp is 0.03 nats worse at L=16 at every LR; equal elsewhere
@@ -404,12 +453,16 @@ def test_headline_marks_numbers_that_rest_on_edge_optima_or_cut_intervals(tmp_pa
     assert all(m == {"edge": [], "cut": []} for m in dm["marks"].values())
     header, cells = headline_table([sp, dm])
     assert cells[0][2] == _with_ci(sp["slope"], sp["slope_ci"], "+.3f") + " †‡"
-    assert cells[0][4] == "-10.50 [-10.50, -10.50] †‡"
-    assert cells[0][5] == _with_ci(sp["regret_at_deepest"], sp["regret_at_deepest_ci"], ".4f") + " †‡"
-    assert cells[0][6] == _with_ci(sp["loss_gap"], sp["loss_gap_ci"], "+.4f") + " †‡ (− depth_mup)"
+    assert cells[0][3] == "does not transfer †‡"  # the verdict rests on the slope
+    assert cells[0][5] == "-10.50 [-10.50, -10.50] †‡"
+    assert cells[0][6] == _with_ci(sp["regret_at_deepest"], sp["regret_at_deepest_ci"], ".4f") + " †‡"
+    assert cells[0][7] == _with_ci(sp["loss_gap"], sp["loss_gap_ci"], "+.4f") + " †‡ (− depth_mup)"
     assert not any("†" in c or "‡" in c for c in cells[1])
     md = (out / "report.md").read_text()
-    assert f"| sp | end (f=1) | {cells[0][2]} | 16 | -10.50 [-10.50, -10.50] †‡ |" in md and HEADLINE_LEGEND in md
+    assert (
+        f"| sp | end (f=1) | {cells[0][2]} | {cells[0][3]} | 16 | -10.50 [-10.50, -10.50] †‡ |" in md
+        and HEADLINE_LEGEND in md
+    )
     headline = json.loads((out / "transfer.json").read_text())["headline"]
     assert next(h for h in headline if h["family"] == "sp" and h["fraction"] == 1.0)["marks"] == sp["marks"]
 
