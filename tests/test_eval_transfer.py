@@ -465,6 +465,11 @@ def test_headline_marks_numbers_that_rest_on_edge_optima_or_cut_intervals(tmp_pa
     )
     headline = json.loads((out / "transfer.json").read_text())["headline"]
     assert next(h for h in headline if h["family"] == "sp" and h["fraction"] == 1.0)["marks"] == sp["marks"]
+    from study.spec import load_study
+    from study.summary import render_markdown
+
+    summary = render_markdown({"presets": {}, "transfer_headline": headline}, load_study("quick"), 1.0)
+    assert f"| sp | end (f=1) | {cells[0][2]} | {cells[0][3]} | 16 |" in summary and HEADLINE_LEGEND in summary
 
 
 def test_optimum_next_to_divergence_is_flagged(tmp_path):
