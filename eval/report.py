@@ -603,7 +603,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     (
                         r.verdict
                         + mark_text(slope_marks(r))
-                        + f" (±{r.slope_tolerance:g}: ≤ {_f(r.permitted_drift, '.2f')} octave)"
+                        + f" (±{r.slope_tolerance:g} per doubling: ≤ {_f(r.permitted_drift, '.2f')} octave over the depths)"
                     )
                     if r.verdict
                     else "no verdict (no CI)",
