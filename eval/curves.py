@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from eval.results import FRACTION_ATOL, SweepResults
+from eval.results import FRACTION_ATOL, SweepResults, check_duplicates
 
 BASE_FAMILY_COLUMNS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
 RUN_COLUMNS: tuple[str, ...] = (
@@ -58,6 +58,8 @@ class DepthCurve:
     ``seed_losses[i]`` holds the usable per-seed losses at ``log2_lr[i]`` (possibly empty) and
     ``seed_ids[i]`` the seeds (``run.seed``) that gave them;
     ``n_diverged[i]`` / ``n_missing[i]`` count the seeds left out there and why.
+    ``pending_log2_lr`` lists the LRs (log2) where a run of this depth is still pending: tried,
+    with no result yet (not in ``log2_lr`` unless another run there has ended).
     """
 
     depth: int
@@ -69,6 +71,7 @@ class DepthCurve:
     diverged_run_ids: list[str] = field(default_factory=list)
     missing_run_ids: list[str] = field(default_factory=list)
     nonfinite_run_ids: list[str] = field(default_factory=list)  # not diverged by status, but a nan/inf loss
+    pending_log2_lr: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @property
     def n_seeds(self) -> np.ndarray:
@@ -132,6 +135,7 @@ def build_families(runs: pd.DataFrame, columns: list[str]) -> dict[tuple, Family
 def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_before_divergence: bool = False) -> CurveSet:
     """Collapse the rows into :class:`DepthCurve` objects, one per family x fraction x depth."""
     rows = sweep.rows
+    check_duplicates(sweep.path, rows, sweep.extra_keys)  # read_results has; rows built otherwise are checked here
     columns = family_columns(sweep)
     runs = rows.drop_duplicates("run_id").set_index("run_id", drop=False)
     pending = runs[runs["status"] == "pending"]
@@ -140,13 +144,22 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
     curves: dict[tuple[Family, float], list[DepthCurve]] = {}
     base_depths: dict[Family, list[int]] = {}
     at_fraction = {fraction: _rows_at_fraction(rows, fraction) for fraction in fractions}
+    pending_lrs: dict[tuple, np.ndarray] = {}  # (family values..., depth) -> log2 LRs with a pending run
+    for values, group in pending.groupby([*columns, "depth"], sort=False, dropna=False):
+        pending_lrs[values] = np.unique(np.log2(group["lr"].to_numpy(dtype=float)))
     for values, fam_runs in active.groupby(columns, sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
         family = families[values]
         base_depths[family] = sorted(int(v) for v in fam_runs["base_depth"].unique())
         for fraction in fractions:
             curves[(family, fraction)] = [
-                _depth_curve(int(depth), depth_runs, at_fraction[fraction], use_evals_before_divergence)
+                _depth_curve(
+                    int(depth),
+                    depth_runs,
+                    at_fraction[fraction],
+                    use_evals_before_divergence,
+                    pending_lrs.get((*values, depth), np.empty(0)),
+                )
                 for depth, depth_runs in fam_runs.groupby("depth", sort=True)
             ]
     # Families whose runs are all pending still get an (empty) entry so they are reported.
@@ -168,13 +181,18 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
 
 
 def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
-    """One row per run at ``fraction``: the one with a finite loss first when a run has duplicates."""
+    """The rows at ``fraction``, indexed by run ID (one per run: ``check_duplicates`` rejected repeats)."""
     sub = rows[np.isclose(rows["fraction"], fraction, rtol=0.0, atol=FRACTION_ATOL)]
-    sub = sub.assign(_has_loss=sub["val_loss"].notna()).sort_values(["run_id", "_has_loss"], ascending=[True, False])
-    return sub.drop_duplicates("run_id").set_index("run_id")
+    return sub.set_index("run_id", verify_integrity=True)
 
 
-def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame, keep_pre_div: bool) -> DepthCurve:
+def _depth_curve(
+    depth: int,
+    depth_runs: pd.DataFrame,
+    at_fraction: pd.DataFrame,
+    keep_pre_div: bool,
+    pending_log2_lr: np.ndarray | None = None,
+) -> DepthCurve:
     log2_lrs: list[float] = []
     losses: list[np.ndarray] = []
     seeds: list[np.ndarray] = []
@@ -218,6 +236,7 @@ def _depth_curve(depth: int, depth_runs: pd.DataFrame, at_fraction: pd.DataFrame
         diverged_run_ids=diverged_ids,
         missing_run_ids=missing_ids,
         nonfinite_run_ids=nonfinite_ids,
+        pending_log2_lr=np.empty(0) if pending_log2_lr is None else np.asarray(pending_log2_lr, dtype=float),
     )
 
 

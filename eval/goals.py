@@ -25,7 +25,8 @@ GOALS: dict[str, str] = {
 @dataclass(frozen=True)
 class GoalCheck:
     """One goal for one family at one fraction. ``achieved`` is None where there is no
-    interval (no slope, one seed, bootstrap off): then the goal is not met. ``open`` lists
+    interval (no slope, one seed, bootstrap off): then the goal is "not measured" and never
+    met. ``open`` lists
     the optima behind the interval whose CIs are cut by the LRs tried (``L=32 high``:
     :attr:`eval.transfer.DepthResult.open_ends`); such an interval is too narrow to trust,
     so the goal is not met however narrow it is."""
@@ -48,6 +49,11 @@ class GoalCheck:
         return self.within_target and not self.open
 
     @property
+    def measured(self) -> bool:
+        """There is an interval to compare with the target."""
+        return self.achieved is not None
+
+    @property
     def ratio(self) -> float:
         """achieved / target (inf without an interval): how far over its goal."""
         return math.inf if self.achieved is None else self.achieved / self.target
@@ -61,6 +67,7 @@ class GoalCheck:
             "target": self.target,
             "achieved": self.achieved,
             "met": self.met,
+            "measured": self.measured,
             "depth": self.depth,
             "open": list(self.open),
         }
@@ -93,6 +100,13 @@ def _open(depths) -> tuple[str, ...]:
     return tuple(f"L={d.depth} {side}" for d in depths for side in d.open_ends)
 
 
+def met_text(check: dict) -> str:
+    """``yes``, ``NO``, or ``not measured`` (no interval: never met)."""
+    if check["achieved"] is None:
+        return "not measured"
+    return "yes" if check["met"] else "NO"
+
+
 def achieved_text(check: dict) -> str:
     """A check's achieved width in words, naming the optima whose CIs the LRs tried cut."""
     text = "no interval" if check["achieved"] is None else f"{check['achieved']:.3f}"
@@ -109,7 +123,7 @@ def goal_table(checks: list[dict]) -> tuple[list[str], list[list[str]]]:
             c["fraction_label"],
             f"{c['target']:.3g}",
             achieved_text(c),
-            "yes" if c["met"] else "NO",
+            met_text(c),
         ]
         for c in checks
     ]

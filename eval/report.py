@@ -109,21 +109,112 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
             "ci_low": _num(s.ci_low),
             "ci_high": _num(s.ci_high),
             "ci_contains_zero": (s.ci_low <= 0.0 <= s.ci_high) if s.ci_available else None,
+            "tolerance": r.slope_tolerance,
+            "ci_inside_tolerance": (-r.slope_tolerance <= s.ci_low and s.ci_high <= r.slope_tolerance)
+            if s.ci_available
+            else None,
+            "verdict": r.verdict,
+            "permitted_drift_octaves": _num(r.permitted_drift),
             "ci_note": s.ci_note,
             "note": s.note,
         },
         "drift_log2_lr": _num(r.drift),
         "drift_ci": list(r.drift_ci) if r.drift_ci else None,
         "max_regret": _num(r.max_regret),
+        "max_regret_text": r.max_regret_text(),
+        "regret_diverged_at": r.regret_diverged_at,
+        "regret_not_measured_at": r.regret_not_measured_at,
         "bootstrap_samples": r.n_boot,
         "depths": [depth_dict(d) for d in r.depths],
     }
 
 
+EDGE_MARK = "†"
+CUT_MARK = "‡"
+HEADLINE_LEGEND = (
+    f"{EDGE_MARK}: rests on an optimum at the edge of the usable LRs (not bracketed: that number is a bound, not an "
+    f"estimate). {CUT_MARK}: rests on an optimum whose interval is cut by the LRs tried (it ends on the last usable "
+    "LR with nothing usable past it: the CI understates the uncertainty on that side). The report's warnings "
+    "name the optima; `transfer.json` lists them under each headline row's `marks`."
+)
+
+
+def optimum_marks(depths: list[DepthResult], prefix: str = "") -> dict[str, list[str]]:
+    """The optima behind a number that are bounds (``edge``: at the edge of the usable LRs) or
+    whose intervals are cut by the LRs tried (``cut``: :attr:`DepthResult.open_ends`), as
+    ``L=32 low`` (with ``prefix``, e.g. a family label, in front)."""
+    seen: list[DepthResult] = []
+    for d in depths:
+        if d is not None and d.optimum.found and all(d is not e for e in seen):
+            seen.append(d)
+    return {
+        "edge": [f"{prefix}L={d.depth} {d.optimum.edge}" for d in seen if d.optimum.edge is not None],
+        "cut": [f"{prefix}L={d.depth} {side}" for d in seen for side in d.open_ends],
+    }
+
+
+def mark_text(marks: dict[str, list[str]] | None) -> str:
+    """`` †``, `` ‡``, `` †‡`` or nothing: what a headline number rests on (:data:`HEADLINE_LEGEND`)."""
+    if not marks:
+        return ""
+    text = (EDGE_MARK if marks.get("edge") else "") + (CUT_MARK if marks.get("cut") else "")
+    return " " + text if text else ""
+
+
+def slope_marks(r: FractionResult) -> dict[str, list[str]]:
+    """What the slope and drift rest on: every depth's optimum."""
+    return optimum_marks([d for d in r.depths if d.optimum.found]) if r.slope.available else optimum_marks([])
+
+
+def regret_marks(r: FractionResult, d: DepthResult | None) -> dict[str, list[str]]:
+    """What a regret at ``d`` rests on: the base depth's optimum (the LR reused) and ``d``'s own."""
+    return optimum_marks([r.base, d]) if d is not None and d.regret_status == "ok" else optimum_marks([])
+
+
+def max_regret_marks(r: FractionResult) -> dict[str, list[str]]:
+    if not math.isfinite(r.max_regret):
+        return optimum_marks([])
+    worst = max((d for d in r.depths if math.isfinite(d.regret)), key=lambda d: d.regret)
+    return regret_marks(r, worst)
+
+
+def gap_marks(analysis: TransferAnalysis, g: PresetGap) -> dict[str, list[str]]:
+    """What a loss gap rests on: both families' optima at its depth."""
+    marks = optimum_marks([])
+    for family in (g.reference, g.family):
+        r = analysis.result(family, g.fraction)
+        d = next((d for d in r.depths if d.depth == g.depth), None)
+        for kind, items in optimum_marks([d], f"{family.label} ").items():
+            marks[kind] += items
+    return marks
+
+
+def verdict_text(tolerance: float | None) -> str:
+    """What the verdict column means, with the tolerance used."""
+    tol = "the tolerance" if tolerance is None else f"±{tolerance:g} octave of optimal LR per doubling of depth"
+    return (
+        f"Verdict (per family and fraction, from the slope's 95% CI and an equivalence bound of {tol}, "
+        '`--slope-tolerance`): "consistent with transfer" when the whole CI lies within the bound (every slope it '
+        "allows moves the optimum less than that; the Summary table gives the drift it permits over the depths "
+        'swept); else "does not transfer" when the CI excludes 0; else "inconclusive": the CI contains 0 but also '
+        "slopes beyond the bound, so containing 0 alone does not show transfer. A marked verdict rests on the "
+        "marked optima."
+    )
+
+
+def headline_legend(rows: list[dict[str, Any]]) -> str | None:
+    """The legend of the marks, when a headline row carries one."""
+    kinds = ("slope", "deepest_opt", "regret_at_deepest", "loss_gap")
+    marked = any(mark_text((h.get("marks") or {}).get(k)) for h in rows for k in kinds)
+    return HEADLINE_LEGEND if marked else None
+
+
 def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
     """The three answers per family and fraction: where the optimum goes (slope), what reusing
     the base depth's LR costs at the deepest depth (regret), and the loss gap to the reference
-    family there; each with its CI (None where there is none)."""
+    family there; each with its CI (None where there is none), and ``marks``: per number, the
+    optima it rests on that are bounds (``edge``) or have intervals cut by the LRs tried
+    (``cut``), empty lists where none (:func:`optimum_marks`)."""
     rows = []
     for r in analysis.results:
         found = [d for d in r.depths if d.optimum.found]
@@ -137,6 +228,8 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "fraction_label": fraction_label(r.fraction),
                 "slope": _num(s.slope),
                 "slope_ci": [s.ci_low, s.ci_high] if s.ci_available else None,
+                "verdict": r.verdict,
+                "slope_tolerance": r.slope_tolerance,
                 "deepest_depth": deepest.depth if deepest else None,
                 "deepest_opt_log2_lr": _num(deepest.optimum.log2_lr) if deepest else None,
                 "deepest_opt_ci": list(deepest.opt_ci) if deepest and deepest.opt_ci else None,
@@ -146,6 +239,13 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "gap_depth": gap.depth if gap else None,
                 "loss_gap": _num(gap.gap) if gap else None,
                 "loss_gap_ci": list(gap.ci) if gap and gap.ci else None,
+                "regret_at_deepest_status": deepest.regret_status if deepest else None,
+                "marks": {
+                    "slope": slope_marks(r),
+                    "deepest_opt": optimum_marks([deepest]),
+                    "regret_at_deepest": regret_marks(r, deepest),
+                    "loss_gap": gap_marks(analysis, gap) if gap else optimum_marks([]),
+                },
             }
         )
     return rows
@@ -210,26 +310,39 @@ def _with_ci(value: Any, ci: Any, fmt: str) -> str:
 
 def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the headline table (shared by report.md and the demo's summary)."""
+    tolerances = sorted({h["slope_tolerance"] for h in rows if h.get("slope_tolerance") is not None})
+    verdict = "verdict (slope CI vs ±" + (f"{tolerances[0]:g})" if len(tolerances) == 1 else "tolerance)")
     header = [
-        "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", "deepest L",
+        "family", "fraction", "slope of optimal log2 LR vs log2 L [95% CI]", verdict, "deepest L",
         "optimal log2 LR there [95% CI]", "regret there (nats) [95% CI]", "loss gap vs reference [95% CI]",
     ]  # fmt: skip
-    cells = [
-        [
-            h["family"],
-            h["fraction_label"],
-            _with_ci(h["slope"], h["slope_ci"], "+.3f"),
-            str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
-            _with_ci(h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f"),
-            _with_ci(h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f"),
-            (
-                f"{_with_ci(h['loss_gap'], h['loss_gap_ci'], '+.4f')} (− {h['gap_reference']})"
-                if h["gap_reference"]
-                else "reference"
-            ),
-        ]
-        for h in rows
-    ]
+
+    def marked(h: dict[str, Any], value: Any, ci: Any, fmt: str, kind: str) -> str:
+        return _with_ci(value, ci, fmt) + (mark_text((h.get("marks") or {}).get(kind)) if value is not None else "")
+
+    cells = []
+    for h in rows:
+        regret = marked(h, h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f", "regret_at_deepest")
+        if h["regret_at_deepest"] is None and h.get("regret_at_deepest_status") == "diverged":
+            regret = "diverged (the base LR)"
+        cells.append(
+            [
+                h["family"],
+                h["fraction_label"],
+                marked(h, h["slope"], h["slope_ci"], "+.3f", "slope"),
+                (h["verdict"] + mark_text((h.get("marks") or {}).get("slope")))
+                if h.get("verdict")
+                else ("no verdict (no CI)" if "verdict" in h else "—"),
+                str(h["deepest_depth"]) if h["deepest_depth"] is not None else "—",
+                marked(h, h["deepest_opt_log2_lr"], h["deepest_opt_ci"], ".2f", "deepest_opt"),
+                regret,
+                (
+                    f"{marked(h, h['loss_gap'], h['loss_gap_ci'], '+.4f', 'loss_gap')} (− {h['gap_reference']})"
+                    if h["gap_reference"]
+                    else "reference"
+                ),
+            ]
+        )
     return header, cells
 
 
@@ -442,9 +555,12 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             Block("p", f"{met} of {len(analysis.goals)} goals met (intervals: the headline's 95% bootstrap CIs)."),
             Block("table", header=g_header, rows=g_rows),
         ]
+    legend = headline_legend(headline_rows(analysis))
     blocks += [
         Block("h2", "Headline"),
         Block("table", header=head_header, rows=head_rows),
+        *([Block("p", legend)] if legend else []),
+        Block("p", verdict_text(st.get("slope_tolerance"))),
     ]
     if analysis.predictions:
         p_header, p_rows = prediction_table([prediction_dict(p) for p in analysis.predictions])
@@ -459,7 +575,9 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
             "p",
             "Slope: least-squares slope of optimal log2 LR against log2 depth (0 = the optimum does not move). "
             "Drift: max − min of optimal log2 LR across depths. Max regret: the worst loss increase from using the "
-            "base depth's optimal LR at another depth instead of that depth's own optimum.",
+            "base depth's optimal LR at another depth instead of that depth's own optimum; \"diverged at L=…\" "
+            "where that LR diverged (no number: the transfer failed there), and the depths where no regret could "
+            f"be measured are named. {EDGE_MARK} and {CUT_MARK} as in the headline.",
         ),
         Block(
             "table",
@@ -470,6 +588,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "depths with optimum",
                 "slope [95% CI]",
                 "CI contains 0",
+                "verdict",
                 "drift (log2 LR) [95% CI]",
                 "max regret",
             ],  # fmt: skip
@@ -479,10 +598,19 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     fraction_label(r.fraction),
                     str(r.base_depth) if r.base_depth is not None else "—",
                     f"{r.slope.n_depths} of {len(r.depths)}",
-                    _slope_text(r),
+                    _slope_text(r) + (mark_text(slope_marks(r)) if r.slope.available else ""),
                     ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
-                    _f(r.drift) + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else ""),
-                    _f(r.max_regret, ".4f"),
+                    (
+                        r.verdict
+                        + mark_text(slope_marks(r))
+                        + f" (±{r.slope_tolerance:g} per doubling: ≤ {_f(r.permitted_drift, '.2f')} octave over the depths)"
+                    )
+                    if r.verdict
+                    else "no verdict (no CI)",
+                    _f(r.drift)
+                    + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else "")
+                    + (mark_text(slope_marks(r)) if math.isfinite(r.drift) else ""),
+                    r.max_regret_text() + mark_text(max_regret_marks(r)),
                 ]
                 for r in analysis.results
             ],
@@ -495,7 +623,8 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "p",
                 "Best loss of a family minus the reference's best loss, at the deepest depth both reached (negative: "
                 "lower loss than the reference). The reference is the first family that differs only in the preset "
-                "(one per block type, width, ...). The CI resamples each family's seeds independently.",
+                "(one per block type, width, ...). The CI resamples each family's seeds independently. "
+                f"{EDGE_MARK} and {CUT_MARK} as in the headline.",
             ),
             Block(
                 "table",
@@ -505,7 +634,9 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                         f"{g.family.label} − {g.reference.label}",
                         fraction_label(g.fraction),
                         str(g.depth),
-                        f"{g.gap:+.4f}" + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"),
+                        f"{g.gap:+.4f}"
+                        + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)")
+                        + mark_text(gap_marks(analysis, g)),
                         ("yes" if g.ci[0] <= 0 <= g.ci[1] else "no") if g.ci else "—",
                     ]
                     for g in analysis.gaps
@@ -557,10 +688,17 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                 "best-grid-point fallback, a hollow ◆ an optimum on the edge of the usable LRs (only a bound); × at the "
                 "top marks LRs where every seed diverged (excluded from fits). Curves that share their minimum's x "
                 "position across depth mean the LR transfers.",
-                "Optimal-LR-vs-depth: a flat line (slope ≈ 0, CI containing 0) means transfer; a negative slope means "
-                "deeper models want smaller LRs. Error bars and the slope CI cover seed noise only, not grid resolution.",
+                "Optimal-LR-vs-depth: the optimum transfers when its slope against log2 depth is within the "
+                'tolerance: the verdict says "consistent with transfer" only when the slope\'s whole CI lies inside '
+                "±tolerance. A CI that contains 0 but reaches beyond the tolerance (e.g. [-1.131, +0.159]) is "
+                '"inconclusive", not transfer; a CI that excludes 0 (beyond the tolerance) "does not transfer". A '
+                "negative slope means deeper models want smaller LRs. Error bars and the slope CI cover seed noise "
+                "only, not grid resolution.",
                 "Regret: loss at depth L when reusing the base depth's optimal LR, minus the best loss at L (the fitted "
-                "minimum when the quadratic is accepted, else the best grid mean).",
+                "minimum when the quadratic is accepted, else the best grid mean). It is a loss minus the curve's "
+                "minimum, so it is ≥ 0 in every bootstrap draw and its interval cannot reach below 0: a lower end "
+                'printed 0.000 means "consistent with no regret" (the interval\'s upper end bounds the cost), not a '
+                "measured regret of 0.",
             ],
         ),
     ]

@@ -117,6 +117,7 @@ def read_results(path: str | Path) -> SweepResults:
     parsed = [_parse_row(path, header, line, rec, extra_keys) for line, rec in body]
     rows = pd.DataFrame(parsed)
     _check_run_consistency(path, rows, extra_keys)
+    check_duplicates(path, rows, extra_keys)
     return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings)
 
 
@@ -138,6 +139,7 @@ def results_from_records(path: str | Path, records: list[dict], extra_keys: list
     ]
     rows = pd.DataFrame(parsed)
     _check_run_consistency(path, rows, extra_keys)
+    check_duplicates(path, rows, extra_keys)
     return SweepResults(path=path, rows=rows, extra_keys=extra_keys)
 
 
@@ -229,6 +231,45 @@ def _check_run_consistency(path: Path, rows: pd.DataFrame, extra_keys: list[str]
                     f"{path}: run '{run_id}' has different values of column "
                     f"'{_contract_name(key)}' on lines {lines}: {values}"
                 )
+
+
+CONFIG_KEYS: tuple[str, ...] = ("preset", "depth", "lr", "seed", "block_multiplier", "base_depth", "hidden_size")
+
+
+def check_duplicates(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None:
+    """Each run has one row per eval point, and each configuration is one run.
+
+    Two rows of one run at the same fraction (within ``FRACTION_ATOL``) would leave the
+    analysis to pick one of two losses silently; one configuration (preset, depth, LR, seed,
+    block multiplier, base depth, width and every other swept key) under two run IDs would be
+    counted as two seeds of its cell. Either is a ``ResultsError`` naming the file, the lines
+    and the key; the first duplicate is named and the others counted.
+    """
+    found: list[str] = []
+    ordered = rows.sort_values(["run_id", "fraction", "line"], kind="stable")
+    same_run = ordered["run_id"].eq(ordered["run_id"].shift())
+    close = (ordered["fraction"] - ordered["fraction"].shift()).abs() <= FRACTION_ATOL
+    for i in ordered.index[same_run & close]:
+        prev = ordered.index[ordered.index.get_loc(i) - 1]
+        a, b = sorted((int(rows.at[prev, "line"]), int(rows.at[i, "line"])))
+        found.append(
+            f"lines {a} and {b}: run {rows.at[i, 'run_id']!r} has two rows at fraction {rows.at[i, 'fraction']:g} "
+            "(column 'fraction'; a run has one row per eval point)"
+        )
+    keys = [*CONFIG_KEYS, *extra_keys]
+    runs = rows.drop_duplicates("run_id")
+    for _, group in runs.groupby(keys, sort=False, dropna=False):
+        if len(group) < 2:
+            continue
+        first, second = group.iloc[0], group.iloc[1]
+        config = ", ".join(f"{_contract_name(k)}={first[k]}" for k in keys)
+        found.append(
+            f"lines {int(first['line'])} and {int(second['line'])}: runs {first['run_id']!r} and {second['run_id']!r} "
+            f"have the same configuration ({config}); one configuration under two run IDs would count as two seeds"
+        )
+    if found:
+        more = f" (and {len(found) - 1} more duplicate(s))" if len(found) > 1 else ""
+        raise ResultsError(f"{path}: {found[0]}{more}")
 
 
 def _contract_name(short: str) -> str:

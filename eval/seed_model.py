@@ -68,11 +68,25 @@ class CurveMeans:
         k = np.zeros_like(n) if self.n_diverged is None else np.asarray(self.n_diverged, dtype=int)
         return (n > 0) & (k > 0)
 
-    def resample(self, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-        """``(n_boot, n_cells)`` bootstrap means."""
+    def noise_pool(self) -> tuple[np.ndarray, int]:
+        """The curve's own seed residuals (scaled to unbiased variance) and their degrees of
+        freedom, the noise its bootstrap draws from; empty with 0 df when the curve has no seed
+        noise of its own (one usable seed at every LR, or an additive fit with no residual df)."""
+        if self.model == "independent":
+            return _independent_pool(self.seed_losses)
+        return self._residuals, self._df
+
+    def resample(
+        self, n_boot: int, rng: np.random.Generator, borrowed: tuple[np.ndarray, int] | None = None
+    ) -> np.ndarray:
+        """``(n_boot, n_cells)`` bootstrap means. ``borrowed`` (residuals, df): the seed noise
+        to draw from when the curve has none of its own (:meth:`noise_pool` empty), pooled from
+        other curves of its family (``eval.transfer``); ignored when the curve has its own."""
+        if borrowed is not None and (self.noise_pool()[1] > 0 or borrowed[1] <= 0):
+            borrowed = None
         partial = self.partial
         if not partial.any():
-            return self._resample_survivors(n_boot, rng, None)
+            return self._resample_survivors(n_boot, rng, None, borrowed)
         n = np.array([len(v) for v in self.seed_losses], dtype=int)
         m = n + np.asarray(self.n_diverged, dtype=int)  # seeds that ended (finished or diverged)
         k = np.zeros((n_boot, n.size), dtype=int)
@@ -80,21 +94,28 @@ class CurveMeans:
             m[partial], (m[partial] - n[partial]) / m[partial], size=(n_boot, int(partial.sum()))
         )
         survivors = np.where(partial, m - k, n)
-        out = self._resample_survivors(n_boot, rng, survivors)
+        out = self._resample_survivors(n_boot, rng, survivors, borrowed)
         share = k / m.clip(min=1)
         out = (1.0 - share) * out + share * self.cap
         out[survivors == 0] = np.nan  # every seed of the cell diverged in this draw: unusable
         return out
 
-    def _resample_survivors(self, n_boot: int, rng: np.random.Generator, survivors: np.ndarray | None) -> np.ndarray:
+    def _resample_survivors(
+        self,
+        n_boot: int,
+        rng: np.random.Generator,
+        survivors: np.ndarray | None,
+        borrowed: tuple[np.ndarray, int] | None = None,
+    ) -> np.ndarray:
         if self.model == "independent":
-            return _resampled_cell_means(self.seed_losses, n_boot, rng, survivors)
+            return _resampled_cell_means(self.seed_losses, n_boot, rng, survivors, borrowed)
         base = self.means if self.survivor_means is None else self.survivor_means
-        if not self._residuals.size:  # the model fits exactly: every draw is the estimate
+        residuals, df = (self._residuals, self._df) if self._residuals.size or borrowed is None else borrowed
+        if not residuals.size:  # the model fits exactly and nothing is borrowed: every draw is the estimate
             return np.tile(base, (n_boot, 1))
         # losses = fitted + pooled residuals drawn with replacement (times the noise-level draw), refitted
-        scale = np.sqrt(self._df / rng.chisquare(self._df, size=(n_boot, 1)))
-        draws = self._residuals[rng.integers(0, self._residuals.size, size=(n_boot, self._fitted.size))] * scale
+        scale = np.sqrt(df / rng.chisquare(df, size=(n_boot, 1)))
+        draws = residuals[rng.integers(0, residuals.size, size=(n_boot, self._fitted.size))] * scale
         out = np.full((n_boot, base.size), np.nan)
         usable = np.isfinite(base)
         out[:, usable] = (self._fitted + draws) @ self._to_means[usable].T
@@ -150,8 +171,21 @@ def _survivor_means(seed_losses: list[np.ndarray], seed_ids: list[np.ndarray], m
     return CurveMeans(plain, "independent", seed_losses, empty, empty, empty, 0)
 
 
+def _independent_pool(seed_losses: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    """Centred seed losses of every cell with two or more seeds, each scaled by
+    sqrt(n_i/(n_i-1)) so their variance is unbiased, and their degrees of freedom."""
+    seeded = [v for v in seed_losses if v.size >= 2]
+    residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seeded]
+    pool = np.concatenate(residuals) if residuals else np.empty(0)
+    return pool, sum(v.size - 1 for v in seeded)
+
+
 def _resampled_cell_means(
-    seed_losses: list[np.ndarray], n_boot: int, rng: np.random.Generator, survivors: np.ndarray | None = None
+    seed_losses: list[np.ndarray],
+    n_boot: int,
+    rng: np.random.Generator,
+    survivors: np.ndarray | None = None,
+    borrowed: tuple[np.ndarray, int] | None = None,
 ) -> np.ndarray:
     """Bootstrap seed means of every LR cell under the independent model, ``(n_boot, n_lr)``.
 
@@ -159,15 +193,16 @@ def _resampled_cell_means(
     losses, each scaled by sqrt(n_i/(n_i-1)) so their variance is unbiased. Resampling a
     cell's own 3 seeds instead shrinks the spread by (n-1)/n and has only 2 degrees of
     freedom: on planted sweeps its nominal 95% CIs of the optimum covered the truth 75% of the
-    time (docs/eval.md). Falls back to per-cell resampling when no cell has two seeds (then
-    every cell is constant and there is no CI anyway). ``survivors`` (``(n_boot, n_lr)``, for
-    partly diverged cells) is how many seeds finished in each draw: the mean of that many
-    residuals is drawn instead.
+    time (docs/eval.md). When no cell has two seeds the curve has no noise of its own: it draws
+    from ``borrowed`` (residuals, df) pooled over its family's other depths, and without that
+    every draw is the observed mean (a zero-width interval, which ``eval.transfer`` never
+    reports: it gives no CI then). ``survivors`` (``(n_boot, n_lr)``, for partly diverged
+    cells) is how many seeds finished in each draw: the mean of that many residuals is drawn
+    instead.
     """
-    seeded = [v for v in seed_losses if v.size >= 2]
-    residuals = [(v - v.mean()) * math.sqrt(v.size / (v.size - 1)) for v in seeded]
-    pool = np.concatenate(residuals) if residuals else np.empty(0)
-    df = sum(v.size - 1 for v in seeded)
+    pool, df = _independent_pool(seed_losses)
+    if not df and borrowed is not None:
+        pool, df = borrowed
     scale = np.sqrt(df / rng.chisquare(df, size=(n_boot, 1))) if df else np.ones((n_boot, 1))
     means = np.full((n_boot, len(seed_losses)), np.nan)
     for i, losses in enumerate(seed_losses):

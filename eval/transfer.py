@@ -20,6 +20,10 @@ from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.5, 1.0)
 CI_LEVEL = 95.0
+# equivalence bound of the transfer verdict, in octaves of optimal LR per doubling of depth
+# (``--slope-tolerance``): over L = 2..32 it permits 0.4 octave of drift; docs/eval.md, "Verdict"
+DEFAULT_SLOPE_TOLERANCE = 0.1
+VERDICTS: tuple[str, ...] = ("consistent with transfer", "does not transfer", "inconclusive")
 _MAX_IDS_SHOWN = 4
 
 
@@ -78,19 +82,38 @@ class DepthResult:
         usable = self.curve.log2_lr[self.curve.usable]
         return float(usable.min() if side == "low" else usable.max())
 
+    def beyond_end(self, side: str) -> tuple[float | None, str]:
+        """The LR tried next past the usable end on ``side`` (log2; None when nothing was tried
+        past it) and what is known there: ``grid`` (nothing tried), ``diverged`` (every seed
+        that ran there diverged: a real bound), ``missing`` (failed or no row, without a usable
+        loss) or ``pending`` (a run there has not ended)."""
+        c = self.curve
+        end = self.usable_end(side)
+        tried = np.union1d(c.log2_lr, c.pending_log2_lr)
+        past = tried[tried > end + 1e-9] if side == "high" else tried[tried < end - 1e-9]
+        if not past.size:
+            return None, "grid"
+        x = float(past.min() if side == "high" else past.max())
+        if np.any(np.abs(c.pending_log2_lr - x) < 1e-9):
+            return x, "pending"
+        i = int(np.flatnonzero(np.abs(c.log2_lr - x) < 1e-9)[0])
+        return x, "diverged" if c.n_diverged[i] > 0 and c.n_missing[i] == 0 else "missing"
+
     @property
     def open_ends(self) -> tuple[str, ...]:
         """Sides (``low``, ``high``) where the optimum's CI is cut by the LRs tried: it ends on
-        the last usable LR of that side (enough bootstrap optima sit on that grid point) and no
-        LR past it was tried, so the curve is not bracketed there and the interval understates
-        the uncertainty on that side. An end next to tried LRs that diverged is a bound, not open."""
+        the last usable LR of that side (enough bootstrap optima sit on that grid point) and
+        nothing past it bounds the curve: no LR was tried there, or the next one has no usable
+        loss for a reason other than divergence (failed, missing, pending; :meth:`beyond_end`).
+        The curve is then not bracketed on that side and the interval understates the
+        uncertainty there. Only an end next to an LR where every seed diverged is a real bound
+        (the optimum cannot lie in a diverging LR), not open."""
         if self.opt_ci is None or not self.curve.usable.any():
             return ()
-        tried = self.curve.log2_lr
         return tuple(
             side
-            for side, outer, ci_end in (("low", tried.min(), self.opt_ci[0]), ("high", tried.max(), self.opt_ci[1]))
-            if self.usable_end(side) == outer and abs(ci_end - self.usable_end(side)) < 1e-9
+            for side, ci_end in (("low", self.opt_ci[0]), ("high", self.opt_ci[1]))
+            if abs(ci_end - self.usable_end(side)) < 1e-9 and self.beyond_end(side)[1] != "diverged"
         )
 
     @property
@@ -144,11 +167,52 @@ class FractionResult:
     drift: float = math.nan
     drift_ci: tuple[float, float] | None = None
     n_boot: int = 0
+    slope_tolerance: float = DEFAULT_SLOPE_TOLERANCE
+
+    @property
+    def verdict(self) -> str | None:
+        """:func:`transfer_verdict` of this slope at :attr:`slope_tolerance` (None without a CI)."""
+        return transfer_verdict(self.slope, self.slope_tolerance)
+
+    @property
+    def permitted_drift(self) -> float:
+        """The drift of the optimum (octaves) the tolerance permits over this family's depths
+        with an optimum: tolerance x log2(deepest / shallowest); NaN with fewer than two."""
+        found = [d.depth for d in self.depths if d.optimum.found]
+        return self.slope_tolerance * math.log2(max(found) / min(found)) if len(found) >= 2 else math.nan
+
+    @property
+    def regret_diverged_at(self) -> list[int]:
+        """Depths where the base depth's optimal LR diverged (regret status ``diverged``: it lies
+        inside the LRs tried there but past the usable ones, next to diverged runs)."""
+        return [d.depth for d in self.depths if d.regret_status == "diverged"]
+
+    @property
+    def regret_not_measured_at(self) -> list[int]:
+        """Depths with no regret for another reason (outside the LRs tried, missing runs, no optimum)."""
+        return [d.depth for d in self.depths if d.regret_status not in ("ok", "diverged")]
 
     @property
     def max_regret(self) -> float:
+        """The largest regret over the depths, NaN when the base LR diverged at any depth (no
+        number: that transfer failed, :attr:`regret_diverged_at`) or no regret was measured.
+        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`)."""
+        if self.regret_diverged_at:
+            return math.nan
         vals = [d.regret for d in self.depths if math.isfinite(d.regret)]
         return max(vals) if vals else math.nan
+
+    def max_regret_text(self, fmt: str = ".4f") -> str:
+        """``diverged at L=8, 16, 32`` when the base LR diverged somewhere, else the largest
+        regret, with the depths where none was measured named."""
+        missing = self.regret_not_measured_at
+        unmeasured = f"not measured at L={', '.join(map(str, missing))}" if missing else ""
+        if self.regret_diverged_at:
+            text = f"diverged at L={', '.join(map(str, self.regret_diverged_at))}"
+            return text + (f"; {unmeasured}" if unmeasured else "")
+        if not math.isfinite(self.max_regret):
+            return unmeasured or "n/a"
+        return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 
     @property
     def base(self) -> DepthResult | None:
@@ -190,6 +254,22 @@ class TransferAnalysis:
 
     def result(self, family: Family, fraction: float) -> FractionResult:
         return next(r for r in self.results if r.family == family and r.fraction == fraction)
+
+
+def transfer_verdict(slope: SlopeFit, tolerance: float) -> str | None:
+    """Three-way answer from the slope's 95% CI and an equivalence bound ``tolerance`` (octaves
+    per doubling): ``consistent with transfer`` when the CI lies inside [-tolerance, +tolerance]
+    (every slope it allows moves the optimum by less than the tolerance; a CI inside the bound
+    that excludes 0 is a drift detected but smaller than the tolerance, and counts as this),
+    else ``does not transfer`` when it excludes 0, else ``inconclusive`` (it contains 0 and
+    slopes beyond the tolerance). None without a CI."""
+    if not slope.ci_available:
+        return None
+    if -tolerance <= slope.ci_low and slope.ci_high <= tolerance:
+        return VERDICTS[0]
+    if slope.ci_low > 0.0 or slope.ci_high < 0.0:
+        return VERDICTS[1]
+    return VERDICTS[2]
 
 
 def fraction_label(fraction: float) -> str:
@@ -276,10 +356,13 @@ def analyze(
     boot_seed: int = 0,
     use_evals_before_divergence: bool = False,
     seed_model: str = "independent",
+    slope_tolerance: float = DEFAULT_SLOPE_TOLERANCE,
 ) -> TransferAnalysis:
     """Run the whole transfer analysis on validated sweep results."""
     if window < 1:
         raise AnalysisInputError(f"--fit-window must be >= 1, got {window}")
+    if not (math.isfinite(slope_tolerance) and slope_tolerance > 0):
+        raise AnalysisInputError(f"--slope-tolerance must be a positive number, got {slope_tolerance}")
     if n_boot < 0:
         raise AnalysisInputError(f"--bootstrap must be >= 0, got {n_boot}")
     if seed_model not in SEED_MODELS:
@@ -314,6 +397,7 @@ def analyze(
             result, fam_notes = _analyze_family_fraction(
                 family, fraction, curveset, base_depth, window, n_boot, rng, seed_model
             )
+            result.slope_tolerance = slope_tolerance
             results.append(result)
             notes.extend(fam_notes)
     diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
@@ -331,6 +415,7 @@ def analyze(
             "bootstrap_samples": n_boot,
             "bootstrap_seed": boot_seed,
             "ci_level": CI_LEVEL,
+            "slope_tolerance": slope_tolerance,
             "use_evals_before_divergence": use_evals_before_divergence,
             "base_depth_override": base_depth,
             "presets": presets,
@@ -577,26 +662,53 @@ def _bootstrap(
     found = [d for d in result.depths if d.optimum.found]
     if not found:
         return
-    seeds = np.concatenate([d.curve.n_seeds[d.curve.usable] for d in found])
     if n_boot == 0:
         result.slope.ci_note = "bootstrap disabled (--bootstrap 0): no CI"
         return
-    if seeds.max() <= 1:
+    seeds = np.concatenate([d.curve.n_seeds[d.curve.usable] for d in found])
+    pools = [d.fit.noise_pool() for d in found]  # each depth's own seed residuals and their df
+    own = [j for j, (_, df) in enumerate(pools) if df > 0]
+    if not own:
         result.slope.ci_note = (
             "one seed per (depth, LR) cell: a seed bootstrap has nothing to resample, so no CI is given"
+            if seeds.max() <= 1
+            else "no depth has seed noise of its own (the additive seed model leaves no residual degrees of "
+            "freedom): a seed bootstrap has nothing to resample, so no CI is given"
         )
         if result.slope.available:
             notes.append(Note(where_ff, result.slope.ci_note))
         return
-    n_single = int(np.sum(seeds == 1))
+    # a depth with no seed noise of its own borrows the residuals pooled over the family's depths that have some
+    family_pool = (np.concatenate([pools[j][0] for j in own]), sum(pools[j][1] for j in own))
+    borrowing = [j for j in range(len(found)) if j not in own]
+    in_own = np.concatenate([found[j].curve.n_seeds[found[j].curve.usable] for j in own])
+    n_single = int(np.sum(in_own == 1))
     if n_single:
-        result.slope.ci_note = f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise in the CI is the pooled residuals of their curve"
+        result.slope.ci_note = (
+            f"{n_single} of {seeds.size} (depth, LR) cells have one seed; their noise in the CI is the pooled "
+            "residuals of their curve"
+        )
         notes.append(Note(where_ff, result.slope.ci_note))
+    if borrowing:
+        depths = ", ".join(str(found[j].depth) for j in borrowing)
+        lenders = ", ".join(str(found[j].depth) for j in own)
+        why = (
+            "one usable seed at every LR"
+            if all(found[j].seed_counts[1] <= 1 for j in borrowing)
+            else "no residual degrees of freedom under the additive seed model"
+        )
+        text = (
+            f"L={depths} {'has' if len(borrowing) == 1 else 'have'} no seed noise of its own ({why}); its noise in the CI is borrowed: the residuals "
+            f"pooled over this family's depths with several seeds (L={lenders}; {family_pool[0].size} residuals, "
+            f"df {family_pool[1]}), which assumes the seed noise is alike across depths"
+        )
+        result.slope.ci_note = "; ".join(t for t in (result.slope.ci_note, text) if t)
+        notes.append(Note(where_ff, text))
     opt_boot = np.empty((n_boot, len(found)))
     draws_of: list[tuple[np.ndarray, list[Optimum]]] = []  # per depth: resampled means, their optima
     for j, d in enumerate(found):
         c = d.curve
-        means = d.fit.resample(n_boot, rng)
+        means = d.fit.resample(n_boot, rng, family_pool if j in borrowing else None)
         optima = [fit_optimum(c.log2_lr, means[b], window=window, n_diverged=c.n_diverged) for b in range(n_boot)]
         opt_boot[:, j] = [o.log2_lr for o in optima]
         d.loss_draws = np.array([o.loss for o in optima])
@@ -609,14 +721,21 @@ def _bootstrap(
         d.opt_ci = _percentile_ci(opt_boot[:, j])
         for side in d.open_ends:
             end = d.usable_end(side)
-            notes.append(
-                Note(
-                    f"{where_ff} | L={d.depth}",
+            beyond, why = d.beyond_end(side)
+            if why == "grid":
+                text = (
                     f"the optimum's CI ends on the {side}est LR tried (log2 lr {end:g}) and nothing past it was "
                     f"tried: the interval is cut there and understates the uncertainty on that side "
-                    f"(try the next LR {'up' if side == 'high' else 'down'})",
+                    f"(try the next LR {'up' if side == 'high' else 'down'})"
                 )
-            )
+            else:
+                ran = "runs failed or have no row at this eval point" if why == "missing" else "runs are pending"
+                text = (
+                    f"the optimum's CI ends on the {side}est usable LR (log2 lr {end:g}) and the next LR tried past "
+                    f"it (log2 lr {beyond:g}) has no usable loss because its {ran}, not because they diverged: the "
+                    f"interval is cut there and understates the uncertainty on that side (rerun or finish that LR)"
+                )
+            notes.append(Note(f"{where_ff} | L={d.depth}", text))
     _bootstrap_regrets(found, draws_of, where_ff, notes)
     if len(found) >= 2:
         x = np.log2([d.depth for d in found])

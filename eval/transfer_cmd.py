@@ -42,6 +42,16 @@ def _fraction(text: str) -> float | str:
     return value
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
 def _goal(text: str) -> tuple[str, float]:
     from eval.goals import GOALS
 
@@ -58,6 +68,8 @@ def _goal(text: str) -> tuple[str, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from eval.transfer import DEFAULT_SLOPE_TOLERANCE
+
     parser.add_argument(
         "sweep_dir", metavar="SWEEP_DIR", help="sweep directory holding results.csv (or the CSV itself)"
     )
@@ -110,6 +122,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="independent",
         help="independent (default): plain seed means per LR; additive: each seed's offset, shared by all its LRs, "
         "is removed first (narrower CIs when offsets dominate, wider when unstable LRs are noisy; eval/seed_model.py)",
+    )
+    parser.add_argument(
+        "--slope-tolerance",
+        type=_tolerance,
+        default=DEFAULT_SLOPE_TOLERANCE,
+        metavar="T",
+        help="equivalence bound of the verdict, in octaves of optimal LR per doubling of depth: 'consistent with "
+        "transfer' only when the slope's 95%% CI lies within +-T, 'does not transfer' when it excludes 0, else "
+        f"'inconclusive' (default {DEFAULT_SLOPE_TOLERANCE:g}: 0.4 octave of drift from L=2 to L=32; docs/eval.md)",
     )
     parser.add_argument(
         "--use-evals-before-divergence",
@@ -166,18 +187,20 @@ def write_transfer(
     goal_context: Optional[list[str]] = None,
     target_depths: Optional[list[int]] = None,
     depths: Optional[list[int]] = None,
+    slope_tolerance: Optional[float] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
     The Python API behind ``python -m eval transfer`` (the demo calls it). ``goals`` adds the
     per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
     said above it (a study's stop reason and what it spent); ``target_depths`` adds the predicted
-    optimal LR at those depths. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
+    optimal LR at those depths; ``slope_tolerance`` is the verdict's equivalence bound (None:
+    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``). Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
     from eval.results import keep_depths, read_results, share_base_depth
-    from eval.transfer import Note, analyze
+    from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
     sweep = read_results(sweep_dir)
     if depths:
@@ -194,6 +217,7 @@ def write_transfer(
         boot_seed=boot_seed,
         use_evals_before_divergence=use_evals_before_divergence,
         seed_model=seed_model,
+        slope_tolerance=DEFAULT_SLOPE_TOLERANCE if slope_tolerance is None else slope_tolerance,
     )
     if goals:
         from eval.goals import check_goals
@@ -260,6 +284,7 @@ def run(args: argparse.Namespace) -> ExitCode:
             goals=dict(args.goals) if args.goals else None,
             target_depths=args.target_depth,
             depths=args.depths,
+            slope_tolerance=args.slope_tolerance,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -300,24 +325,34 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
 
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
-    from eval.goals import achieved_text
+    from eval.goals import achieved_text, met_text
+    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
 
+    marked = False
     for r in analysis.results:
         s = r.slope
+        marks = mark_text(slope_marks(r))
         slope = f"{s.slope:+.3f}" if s.available else "n/a"
         ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else ""
-        drift = f"{r.drift:.3f}" if r.drift == r.drift else "n/a"
-        regret = f"{r.max_regret:.4f}" if r.max_regret == r.max_regret else "n/a"
+        drift = f"{r.drift:.3f}{marks}" if r.drift == r.drift else "n/a"
+        regret = r.max_regret_text() + mark_text(max_regret_marks(r))
+        marked = marked or bool(marks) or bool(mark_text(max_regret_marks(r)))
+        verdict = f"{r.verdict}{marks}" if r.verdict else "no verdict (no CI)"
         print(
             f"{r.family.label:<28} {fraction_label(r.fraction):<12} base L={r.base_depth}  "
-            f"slope {slope}{ci}  drift {drift}  max regret {regret}"
+            f"slope {slope}{ci}{marks if s.available else ''}  drift {drift}  max regret {regret}  "
+            f"verdict (±{r.slope_tolerance:g}): {verdict}"
         )
     for g in analysis.gaps:
         ci = f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"
+        marks = mark_text(gap_marks(analysis, g))
+        marked = marked or bool(marks)
         print(
             f"loss gap {g.family.label} - {g.reference.label} at L={g.depth}, "
-            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}"
+            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}{marks}"
         )
+    if marked:
+        print(HEADLINE_LEGEND.replace("`", ""))
     for p in analysis.predictions:
         ci = f" [{p.ci[0]:.2f}, {p.ci[1]:.2f}]" if p.ci else " (no CI)"
         rci = f" [{p.regret_ci[0]:.4f}, {p.regret_ci[1]:.4f}]" if p.regret_ci else ""
@@ -328,8 +363,9 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             + (" (extrapolated)" if p.extrapolated else "")
         )
     for g in analysis.goals:
+        met = {"yes": "met", "NO": "NOT met"}.get(met_text(g), met_text(g))
         print(f"goal {g['goal']} {g['family']} {g['fraction_label']}: target {g['target']:g}, achieved {achieved_text(g)}, "
-              f"{'met' if g['met'] else 'NOT met'}")  # fmt: skip
+              f"{met}")  # fmt: skip
     if analysis.notes:
         print(f"{len(analysis.notes)} warning(s):")
         for note in analysis.notes:

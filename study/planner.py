@@ -29,7 +29,8 @@ finished. "Best" is by mean under the study's ``seed_model`` (eval/seed_model.py
    While goals are unmet, a depth whose best LR moved since its last batch first gets its
    added seeds at the new best's fit window. **Edge rule:** where an optimum's interval is
    cut by the LRs tried (:attr:`eval.transfer.DepthResult.open_ends`: it ends on the last
-   LR tried, nothing tried past it), the curve is not bracketed there and seeds cannot move
+   usable LR, nothing tried past it or only an LR whose runs failed), the curve is not
+   bracketed there and seeds cannot move
    that end (a goal is not met while it is open, :mod:`eval.goals`), so the batch also
    tries the LR one step past it, with every seed the end point has beyond the first ones
    and the batch's new seeds (only that LR, when the interval is within its goal and only

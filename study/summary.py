@@ -101,7 +101,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
     from eval.goals import goal_table
-    from eval.report import headline_table
+    from eval.report import headline_legend, headline_table
 
     depths = s.depths
     corpus = h.get("corpus", DEFAULT_CORPUS)
@@ -148,11 +148,13 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
             lines.append(f"depth_mup minus sp at L={depths[-1]}{where}: {gap:+.3f} nats.")
     if h.get("transfer_headline"):
         header, rows = headline_table(h["transfer_headline"])
+        legend = headline_legend(h["transfer_headline"])
         lines += [
             "",
             "Transfer (`eval transfer`: quadratic optima, 95% seed-bootstrap CIs; no CI where a cell has one seed):",
             "",
             *_table(header, rows),
+            *([legend] if legend else []),
         ]
         if any(row["regret_at_deepest"] is None for row in h["transfer_headline"]):
             lines.append(

@@ -243,6 +243,79 @@ def test_regret_ci_covers_the_planted_regret(planted, fraction):
     assert deepest.regret_ci[0] <= 0.003 and deepest.regret_ci[1] < 0.01  # no drift: regret ~ 0
 
 
+def test_max_regret_says_where_the_base_lr_diverged(tmp_path, capsys):
+    """sp's optimum falls one octave per doubling (2^-9.2 at L=2, -10.2 at L=4, -11.2 at L=8)
+    and runs more than 1.5 octaves above it diverge: the base LR costs about K * 1^2 = 0.1
+    nats at L=4 (read linearly between 2^-9.5, 0.1 * 0.7^2 = 0.049, and 2^-9, 0.1 * 1.2^2 =
+    0.144: 0.106 at 2^-9.2) and diverges at L=8 and L=16. The max regret used to print that
+    0.1, the largest regret that could be computed; it now says where the transfer diverged."""
+    rows = make_rows(slopes={"sp": 1.0}, diverge_gap=1.5, seeds=(0, 1))
+    sweep = write_sweep(tmp_path / "sweep", rows)
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "out"), "--bootstrap", "50", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.count("max regret diverged at L=8, 16") == 2 and "max regret 0.1" not in stdout
+    analysis = analyze(read_results(sweep), n_boot=0)
+    for fraction in (0.5, 1.0):
+        result, d4 = depth_result(analysis, "sp", fraction, 4)
+        assert d4.regret_status == "ok" and d4.regret_method == "linear"
+        assert d4.regret == pytest.approx(0.049 + 0.6 * (0.144 - 0.049), abs=0.01)
+        assert result.regret_diverged_at == [8, 16] and math.isnan(result.max_regret)
+        assert result.max_regret_text() == "diverged at L=8, 16"
+    data = json.loads((tmp_path / "out" / "transfer.json").read_text())
+    sp_end = next(r for r in data["results"] if r["preset"] == "sp" and r["fraction"] == 1.0)
+    assert sp_end["max_regret"] is None and sp_end["regret_diverged_at"] == [8, 16]
+    assert "| diverged at L=8, 16 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "ci,verdict",
+    [
+        ((-0.05, 0.08), "consistent with transfer"),
+        ((-0.1, 0.1), "consistent with transfer"),  # the bound itself is inside
+        ((0.02, 0.08), "consistent with transfer"),  # a drift detected, smaller than the tolerance
+        ((-1.131, 0.159), "inconclusive"),  # contains 0, and slopes that would not transfer
+        ((-0.05, 0.12), "inconclusive"),
+        ((0.017, 0.536), "does not transfer"),
+        ((-0.2, -0.15), "does not transfer"),
+        ((math.nan, math.nan), None),
+    ],
+)
+def test_transfer_verdict_reads_the_slope_ci_against_the_tolerance(ci, verdict):
+    from eval.transfer import SlopeFit, transfer_verdict
+
+    assert transfer_verdict(SlopeFit(slope=0.0, ci_low=ci[0], ci_high=ci[1]), 0.1) == verdict
+
+
+def test_verdicts_on_planted_sweeps_and_the_tolerance_option(tmp_path, planted, capsys):
+    """Planted (4 seeds, noise 0.002): depth_mup's flat optimum has a CI well inside +-0.1
+    (consistent with transfer), sp's slope -0.5 excludes 0 (does not transfer). Two seeds with
+    25 times the noise: depth_mup's CI contains 0 but reaches past +-0.1 (inconclusive, though
+    `ci_contains_zero`); with --slope-tolerance 1 the same CI lies inside the bound."""
+    for r in planted.results:
+        assert r.verdict == {"depth_mup": "consistent with transfer", "sp": "does not transfer"}[r.family.preset]
+        assert r.permitted_drift == pytest.approx(0.1 * 3)  # L = 2..16: three doublings
+    sweep = write_sweep(tmp_path / "noisy", make_rows(slopes={"depth_mup": 0.0}, seeds=(0, 1), noise=0.05))
+    assert main(["transfer", str(sweep), "--out", str(tmp_path / "a"), "--bootstrap", "300", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    data = json.loads((tmp_path / "a" / "transfer.json").read_text())
+    assert data["settings"]["slope_tolerance"] == 0.1
+    for result, head in zip(data["results"], data["headline"]):
+        lo, hi = result["slope"]["ci_low"], result["slope"]["ci_high"]
+        assert lo <= 0.0 <= hi and (lo < -0.1 or hi > 0.1), (lo, hi)
+        assert result["slope"]["ci_contains_zero"] and not result["slope"]["ci_inside_tolerance"]
+        assert result["slope"]["verdict"] == head["verdict"] == "inconclusive"
+        assert result["slope"]["permitted_drift_octaves"] == pytest.approx(0.3)
+        assert max(-lo, hi) < 1.0
+    assert stdout.count("verdict (±0.1): inconclusive") == 2
+    assert "| verdict (slope CI vs ±0.1) |" in (tmp_path / "a" / "report.md").read_text()
+    argv = ["transfer", str(sweep), "--out", str(tmp_path / "b"), "--bootstrap", "300", "--no-figures"]
+    assert main([*argv, "--slope-tolerance", "1"]) == 0
+    assert capsys.readouterr().out.count("verdict (±1): consistent with transfer") == 2
+    with pytest.raises(SystemExit):
+        main([*argv, "--slope-tolerance", "0"])
+    assert "--slope-tolerance: '0' must be a positive number" in capsys.readouterr().err
+
+
 def test_loss_gap_between_presets_at_the_deepest_depth(tmp_path):
     rows = make_rows(seeds=(0, 1, 2))
     for r in rows:  # plant: sp is 0.03 nats worse at L=16 at every LR; equal elsewhere
@@ -284,6 +357,56 @@ def test_single_seed_gives_no_ci_but_a_slope(tmp_path):
     assert "nothing to resample" in notes_text(analysis)
 
 
+def test_a_depth_with_one_seed_per_lr_borrows_its_familys_seed_noise(tmp_path):
+    """L=16 trained with one seed per LR, L=2-8 with three (noise 0.02): L=16's optimum used to
+    get a zero-width interval (its curve has no residuals, and every draw repeated it), which
+    narrowed the slope's and the gap's intervals and met a width goal at 0.000. It now draws
+    from the residuals pooled over L=2, 4, 8 (17 LRs x 3 seeds each: 153 residuals, df 102),
+    so its interval is about sqrt(3) = 1.73 times as wide as those of L=2-8 (same noise, a third
+    of the seeds; 1.91 here, averaged over both presets and fractions)."""
+    from eval.goals import check_goals
+
+    rows = [r for r in make_rows(noise=0.02, diverge_gap=None) if r["model.num_layers"] != 16 or r["run.seed"] == 0]
+    analysis = run_analysis(tmp_path, rows, window=2, n_boot=1000)
+    widths = np.array([[d.opt_ci[1] - d.opt_ci[0] for d in result.depths] for result in analysis.results])
+    ratio = widths[:, 3].mean() / widths[:, :3].mean()
+    assert 1.4 < ratio < 2.4, ratio
+    for result in analysis.results:
+        d16 = result.depths[3]
+        assert d16.depth == 16 and d16.seed_counts == (1, 1) and result.depths[2].seed_counts == (3, 3)
+        planted = planted_log2_opt(16, {"depth_mup": 0.0, "sp": 0.5}[result.family.preset])
+        assert d16.opt_ci[0] < planted < d16.opt_ci[1]
+        assert d16.regret_ci[1] > d16.regret_ci[0]
+        assert "borrowed" in result.slope.ci_note
+    where = "depth_mup | end (f=1)"
+    assert (
+        f"[{where}] L=16 has no seed noise of its own (one usable seed at every LR); its noise in the CI is "
+        "borrowed: the residuals pooled over this family's depths with several seeds (L=2, 4, 8; 153 residuals, "
+        "df 102)"
+    ) in notes_text(analysis)
+    assert "pooled residuals of their curve" not in notes_text(analysis)  # L=16's curve has none
+    for g in analysis.gaps:
+        assert g.depth == 16 and g.ci[1] - g.ci[0] > 0.01
+    check = check_goals(analysis, {"deepest_opt_ci_width": 1.0})[0]
+    assert check.depth == 16 and check.achieved > 0.1
+
+
+def test_without_seed_noise_anywhere_every_interval_is_not_measured(tmp_path):
+    """One seed everywhere: no CI for optima, slope, regrets or the gap, and a goal on them is
+    'not measured', never met."""
+    from eval.goals import check_goals, goal_table
+
+    analysis = run_analysis(tmp_path, make_rows(seeds=(0,)))
+    for result in analysis.results:
+        assert not result.slope.ci_available and result.drift_ci is None
+        assert all(d.opt_ci is None and d.regret_ci is None for d in result.depths)
+    assert all(g.ci is None for g in analysis.gaps)
+    checks = [c.as_dict() for c in check_goals(analysis, {"deepest_opt_ci_width": 1.0, "slope_ci_halfwidth": 0.15})]
+    assert all(c["achieved"] is None and not c["met"] and not c["measured"] for c in checks)
+    _, cells = goal_table(checks)
+    assert {row[-1] for row in cells} == {"not measured"} and {row[-2] for row in cells} == {"no interval"}
+
+
 # ----------------------------------------------------------------- robustness
 
 
@@ -300,6 +423,53 @@ def test_edge_of_grid_optimum_is_flagged(tmp_path):
     text = notes_text(analysis)
     assert "sp | end (f=1) | L=16] optimum at the low edge (grid)" in text
     assert "bounds, not estimates" in text
+
+
+def test_headline_marks_numbers_that_rest_on_edge_optima_or_cut_intervals(tmp_path, capsys):
+    """LRs tried 2^-10.5..2^-6: sp's L=16 optimum (planted 2^-10.7) lies below them, so its
+    optimum is the edge point 2^-10.5 (a bound) and its interval ends there (cut). Every headline
+    number that uses it (slope, the L=16 optimum, the regret there, the gap to depth_mup) is
+    marked in the table itself, with the legend; depth_mup's own numbers (bracketed at 2^-9.2)
+    are not, and no number changes."""
+    grid = tuple(float(x) for x in np.round(np.arange(-10.5, -6.0 + 1e-9, 0.5), 6))
+    sweep = write_sweep(tmp_path / "sweep", make_rows(slopes={"depth_mup": 0.0, "sp": 0.5}, grid=grid))
+    out = tmp_path / "out"
+    assert main(["transfer", str(sweep), "--out", str(out), "--bootstrap", "200", "--no-figures"]) == 0
+    stdout = capsys.readouterr().out
+    sp_line = next(line for line in stdout.splitlines() if line.startswith("sp") and "end (f=1)" in line)
+    assert "] †‡  drift" in sp_line
+    from eval.report import HEADLINE_LEGEND, _with_ci, headline_rows, headline_table
+
+    assert HEADLINE_LEGEND.replace("`", "") in stdout
+    analysis = analyze(read_results(sweep), n_boot=200)
+    rows = {(h["family"], h["fraction"]): h for h in headline_rows(analysis)}
+    sp, dm = rows[("sp", 1.0)], rows[("depth_mup", 1.0)]
+    assert sp["deepest_depth"] == 16 and sp["deepest_opt_log2_lr"] == -10.5
+    edge, cut = ["L=16 low"], ["L=16 low"]
+    assert sp["marks"]["slope"] == {"edge": edge, "cut": cut}
+    assert sp["marks"]["deepest_opt"] == {"edge": edge, "cut": cut}
+    assert sp["marks"]["regret_at_deepest"] == {"edge": edge, "cut": cut}  # base L=2 is bracketed
+    assert sp["marks"]["loss_gap"] == {"edge": ["sp L=16 low"], "cut": ["sp L=16 low"]}
+    assert all(m == {"edge": [], "cut": []} for m in dm["marks"].values())
+    header, cells = headline_table([sp, dm])
+    assert cells[0][2] == _with_ci(sp["slope"], sp["slope_ci"], "+.3f") + " †‡"
+    assert cells[0][3] == "does not transfer †‡"  # the verdict rests on the slope
+    assert cells[0][5] == "-10.50 [-10.50, -10.50] †‡"
+    assert cells[0][6] == _with_ci(sp["regret_at_deepest"], sp["regret_at_deepest_ci"], ".4f") + " †‡"
+    assert cells[0][7] == _with_ci(sp["loss_gap"], sp["loss_gap_ci"], "+.4f") + " †‡ (− depth_mup)"
+    assert not any("†" in c or "‡" in c for c in cells[1])
+    md = (out / "report.md").read_text()
+    assert (
+        f"| sp | end (f=1) | {cells[0][2]} | {cells[0][3]} | 16 | -10.50 [-10.50, -10.50] †‡ |" in md
+        and HEADLINE_LEGEND in md
+    )
+    headline = json.loads((out / "transfer.json").read_text())["headline"]
+    assert next(h for h in headline if h["family"] == "sp" and h["fraction"] == 1.0)["marks"] == sp["marks"]
+    from study.spec import load_study
+    from study.summary import render_markdown
+
+    summary = render_markdown({"presets": {}, "transfer_headline": headline}, load_study("quick"), 1.0)
+    assert f"| sp | end (f=1) | {cells[0][2]} | {cells[0][3]} | 16 |" in summary and HEADLINE_LEGEND in summary
 
 
 def test_optimum_next_to_divergence_is_flagged(tmp_path):
@@ -491,6 +661,43 @@ def test_missing_file_and_inconsistent_run(tmp_path, capsys):
         read_results(tmp_path / "bad")
 
 
+def test_a_repeated_eval_row_exits_2_naming_the_lines(tmp_path, capsys):
+    """Two rows of one run at one fraction (here with different losses: the first, 3.5, used
+    to win silently) are rejected, also when the fractions differ by float noise only."""
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0, -8.5))
+    # lines: 2 = lr -9 f0.5, 3 = lr -9 f1, 4 = lr -8.5 f0.5, 5 = lr -8.5 f1; line 6 repeats line 3
+    rows.append({**rows[1], "val_loss": 3.5})
+    write_sweep(tmp_path / "a", rows)
+    assert main(["transfer", str(tmp_path / "a"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert (
+        f"{tmp_path / 'a' / 'results.csv'}: lines 3 and 6: run 'sp-a1-L2-lr-9.00-s0' has two rows at fraction 1" in err
+    )
+    rows[-1] = {**rows[0], "fraction": 0.5 + 1e-9}  # the same eval point as line 2
+    write_sweep(tmp_path / "b", rows)
+    with pytest.raises(ResultsError, match=r"lines 2 and 6: run 'sp-a1-L2-lr-9.00-s0' has two rows at fraction 0.5"):
+        read_results(tmp_path / "b")
+
+
+def test_one_configuration_under_two_run_ids_exits_2(tmp_path, capsys):
+    """A copy of a run under another ID would count as a second seed of its cell."""
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,), grid=(-9.0, -8.5))
+    rows += [{**r, "run_id": "copy"} for r in rows[:2]]  # lines 6 and 7 repeat the run on lines 2 and 3
+    write_sweep(tmp_path / "sweep", rows)
+    assert main(["transfer", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not (tmp_path / "out" / "transfer.json").exists()
+    assert (
+        f"{tmp_path / 'sweep' / 'results.csv'}: lines 2 and 6: runs 'sp-a1-L2-lr-9.00-s0' and 'copy' have the same "
+        "configuration (parametrization.preset=sp, model.num_layers=2, optimizer.lr=0.001953125, run.seed=0, "
+        "parametrization.block_multiplier=1.0, parametrization.base_num_layers=2, model.hidden_size=128)"
+    ) in err
+    rows[-2]["run.seed"] = rows[-1]["run.seed"] = 1  # another seed: a different configuration, accepted
+    write_sweep(tmp_path / "ok", rows)
+    assert len(read_results(tmp_path / "ok").rows) == 6
+
+
 def test_unrecorded_fraction_is_a_clear_error(tmp_path, capsys):
     write_sweep(tmp_path / "sweep", make_rows(slopes={"sp": 0.5}, depths=(2,), seeds=(0,)))
     assert main(["transfer", str(tmp_path / "sweep"), "--out", str(tmp_path / "o"), "--fractions", "0.25"]) == 2
@@ -638,3 +845,32 @@ def test_an_optimum_ci_cut_by_the_last_lr_tried_is_open_and_fails_its_goal(tmp_p
     _, d = depth_result(analysis, "depth_mup", 1.0, 16)
     assert d.n_lr_diverged == 1 and d.opt_ci[1] == -9.0 and d.open_ends == ()
     assert check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0].met
+
+
+@pytest.mark.parametrize(
+    "statuses,why",
+    [(("failed",) * 3, "missing"), (("pending",) * 3, "pending"), (("diverged", "diverged", "failed"), "missing")],
+)
+def test_an_end_next_to_an_lr_without_a_usable_loss_that_did_not_diverge_is_open(tmp_path, statuses, why):
+    """The same cut curve (planted optimum 2^-9.2, CI upper end on 2^-9.0), now with 2^-8.5 and
+    2^-8.0 tried past it: 2^-8.0 diverged for every seed, 2^-8.5 has no usable loss because its
+    runs failed, are pending, or one of three failed where two diverged. Only an LR where every
+    seed diverged bounds the optimum, so the end stays open (it used to count as bounded because
+    a diverged LR lay further out) and the width goal is not met."""
+    from eval.goals import check_goals
+
+    grid = tuple(x for x in GRID if x <= -8.0)
+    rows = make_rows(slopes={"depth_mup": 0.0}, grid=grid, fractions=(1.0,), noise=0.02, diverge_gap=1.1)
+    for row in rows:
+        if math.log2(row["optimizer.lr"]) == -8.5:
+            row.update(status=statuses[row["run.seed"]], step="", val_loss="")
+    analysis = run_analysis(tmp_path, rows, window=2)
+    _, d = depth_result(analysis, "depth_mup", 1.0, 16)
+    assert d.opt_ci[1] == -9.0 and d.beyond_end("high") == (-8.5, why)
+    assert d.open_ends == ("high",)
+    assert (
+        "[depth_mup | end (f=1) | L=16] the optimum's CI ends on the highest usable LR (log2 lr -9) and the next LR "
+        "tried past it (log2 lr -8.5) has no usable loss because its runs "
+    ) in notes_text(analysis)
+    check = check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0]
+    assert check.within_target and not check.met and check.open == ("L=16 high",)

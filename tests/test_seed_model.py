@@ -82,3 +82,27 @@ def test_empty_cells_stay_nan():
 def test_unknown_model_is_refused():
     with pytest.raises(ValueError, match="seed model"):
         curve_means([np.array([1.0])], [np.array([0])], "mixed")
+
+
+@pytest.mark.parametrize("model", ["independent", "additive"])
+def test_a_curve_without_seed_noise_draws_the_borrowed_noise(model):
+    """One seed (seed 0) at every LR: the curve has no residuals of its own (under either
+    model), so without help every draw is the estimate; with borrowed residuals +-0.1 and a
+    noise-level draw of 10^9 df (scale 1 to 1e-4), each cell's draw is its loss +- 0.1."""
+    table = {-9.0: {0: 5.0}, -8.0: {0: 4.0}, -7.0: {0: 5.5}}
+    fit = curve_means(*_curve(table), model)
+    assert fit.noise_pool()[1] == 0
+    np.testing.assert_allclose(fit.resample(20, np.random.default_rng(0)), np.tile([5.0, 4.0, 5.5], (20, 1)))
+    draws = fit.resample(400, np.random.default_rng(0), borrowed=(np.array([0.1, -0.1]), 10**9))
+    np.testing.assert_allclose(np.abs(draws - [5.0, 4.0, 5.5]), 0.1, rtol=1e-3)
+    assert 150 < np.sum(draws[:, 1] > 4.0) < 250  # both signs, about equally often
+
+
+def test_a_curve_with_its_own_noise_ignores_the_borrowed_noise():
+    table = {-9.0: {0: 5.0, 1: 5.2}, -8.0: {0: 4.0}, -7.0: {0: 5.5, 1: 5.3}}
+    fit = curve_means(*_curve(table), "independent")
+    pool, df = fit.noise_pool()
+    np.testing.assert_allclose(np.sort(pool), [-0.1 * np.sqrt(2)] * 2 + [0.1 * np.sqrt(2)] * 2)  # sqrt(n/(n-1))
+    assert df == 2
+    own = fit.resample(100, np.random.default_rng(3))
+    np.testing.assert_array_equal(own, fit.resample(100, np.random.default_rng(3), borrowed=(np.array([9.0]), 5)))
