@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.report import headline_rows
+from eval.report import headline_rows, mark_text
 from eval.results import read_results, share_base_depth
 from eval.transfer import analyze
 
@@ -47,15 +47,19 @@ def test_the_readme_headline_is_recomputed_from_the_committed_results(study):
     assert {r["family"] for r in rows} == presets and all(r["deepest_depth"] == 32 for r in rows)
     for r in rows:
         fraction = {0.5: "mid", 1.0: "end"}[r["fraction"]]
-        gap = _ci(r["loss_gap"], r["loss_gap_ci"], "+.3f") if r["loss_gap"] is not None else ""
+        marks = {key: mark_text(m) for key, m in r["marks"].items()}  # † a bound, ‡ a cut interval
+        gap = _ci(r["loss_gap"], r["loss_gap_ci"], "+.3f") + marks["loss_gap"] if r["loss_gap"] is not None else ""
         regret = r["regret_at_deepest"]
         cells = [
             label,
             r["family"],
             fraction,
-            _ci(r["slope"], r["slope_ci"], "+.3f"),
-            _ci(r["deepest_opt_log2_lr"], r["deepest_opt_ci"], ".2f"),
-            _ci(regret, r["regret_at_deepest_ci"], ".3f") if regret is not None else "(not measured)",
+            _ci(r["slope"], r["slope_ci"], "+.3f") + marks["slope"],
+            r["verdict"],
+            _ci(r["deepest_opt_log2_lr"], r["deepest_opt_ci"], ".2f") + marks["deepest_opt"],
+            _ci(regret, r["regret_at_deepest_ci"], ".3f") + marks["regret_at_deepest"]
+            if regret is not None
+            else "(not measured)",
             gap,
         ]
         line = "| " + " | ".join(cells) + " |"
