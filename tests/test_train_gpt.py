@@ -186,8 +186,11 @@ def test_a_signal_on_a_checkpoint_step_saves_that_step_once(tmp_path):
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
-    out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0")
+    out = train(run, "training.steps=30", "checkpoint.final=false", "logging.interval=2")  # a resume may change it
     assert out.returncode == 0 and "already completed" in out.stdout
+    out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0", check=False)
+    assert out.returncode == 2 and "already completed with another config" in out.stderr  # not reported as done
+    assert "parametrization.block_multiplier: 1.0 -> 2.0" in out.stderr and "Traceback" not in out.stderr
     (run / "summary.json").unlink()  # as if the run had been preempted after its last checkpoint
     out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0", check=False)
     assert out.returncode == 2

@@ -30,6 +30,7 @@ from runconfig.schema import RunConfig, run_identity
 from rundir.contract import EXIT_OF_STATUS, ExitCode, Status
 from rundir.files import (
     CHECKPOINTS_DIR,
+    CONFIG_FILE,
     EvalRecord,
     RunSummary,
     read_metrics,
@@ -95,6 +96,14 @@ class Trainer:
     def run(self) -> ExitCode:
         previous = read_summary(self.run_dir)
         if previous and previous.final and not self.force:
+            changes = self._changes_from_finished()
+            if changes:
+                print(
+                    f"error: {self.run_dir}: already {previous.status} with another config; refusing to report "
+                    "it as this one's (--force retrains it; or give another run.dir):\n  " + "\n  ".join(changes),
+                    file=sys.stderr,
+                )
+                return ExitCode.USAGE
             if self.is_main:
                 print(f"{self.run_dir}: already {previous.status}; nothing to do (use --force to retrain)")
             return EXIT_OF_STATUS[previous.status]
@@ -125,6 +134,24 @@ class Trainer:
             shutdown()
             if lock is not None:
                 lock.release()
+
+    def _changes_from_finished(self) -> list[str]:
+        """``key: old -> new`` for each key where this config differs from the finished run's
+        ``config.yaml`` in what the run computed (what a resume may change is left out, as is
+        the data's location); empty where that file is missing or unreadable (cannot tell)."""
+        import yaml
+
+        from runconfig import to_dict
+        from training.data import DATA_LOCATION_KEYS
+        from training.session import RESUMABLE_CHANGES, config_differences
+
+        try:
+            old = yaml.safe_load((self.run_dir / CONFIG_FILE).read_text())
+        except (OSError, yaml.YAMLError):
+            return []
+        if not isinstance(old, dict):
+            return []
+        return config_differences(old, to_dict(self.cfg), RESUMABLE_CHANGES + DATA_LOCATION_KEYS)
 
     # ------------------------------------------------------------------ loop
     def _loop(self, s: Session, flag: PreemptionFlag) -> Ending:
