@@ -165,7 +165,7 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
 def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
     from launch.executor_slurm import submit_array
     from launch.run_state import run_state
-    from launch.sweep_dir import run_dir, write_plan
+    from launch.sweep_dir import check_base, run_dir, write_plan
     from launch.sweep_spec import expand, load_spec
 
     _check_positive("--max-parallel", args.max_parallel, 1)
@@ -177,6 +177,7 @@ def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
     sweep_dir = Path(args.sweep_dir or Path("sweeps") / plan.name).resolve()
     executor = args.executor or plan.executor.kind
     max_parallel = args.max_parallel or plan.executor.max_parallel
+    check_base(sweep_dir, plan, allow_base_change=args.allow_base_change)  # a dry run refuses what the run would
     if executor == "slurm":
         if not args.dry_run:
             write_plan(sweep_dir, plan, allow_base_change=args.allow_base_change)

@@ -23,8 +23,9 @@ def run_dir(sweep_dir: Path, run_id: str) -> Path:
     return sweep_dir / RUNS_DIR / run_id
 
 
-def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> None:
-    """Snapshot the base config (refusing a changed one) and write ``sweep.yaml``, atomically."""
+def check_base(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> str:
+    """The base config's text; refused when it differs from the snapshot the sweep's runs were
+    started with (a dry run checks this too, so it shows what the real command would do)."""
     source = Path(plan.base_config_source)
     snapshot = sweep_dir / BASE_SNAPSHOT
     text = source.read_text()
@@ -34,7 +35,13 @@ def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = Fa
             "use a new --sweep-dir, restore the file, or pass --allow-base-change "
             "(finished runs are kept and not rerun)"
         )
-    atomic_write_text(snapshot, text)
+    return text
+
+
+def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> None:
+    """Snapshot the base config (refusing a changed one) and write ``sweep.yaml``, atomically."""
+    text = check_base(sweep_dir, plan, allow_base_change=allow_base_change)
+    atomic_write_text(sweep_dir / BASE_SNAPSHOT, text)
     atomic_write_text(sweep_dir / SWEEP_FILE, yaml.safe_dump(plan.to_dict(), sort_keys=False, width=1000))
     (sweep_dir / RUNS_DIR).mkdir(exist_ok=True)
 

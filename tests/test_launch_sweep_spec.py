@@ -141,6 +141,11 @@ def test_plan_round_trips_and_base_change_is_refused(tmp_path):
     changed = expand(spec, load_spec(spec))
     with pytest.raises(LaunchError, match="differs from the snapshot"):
         write_plan(sweep_dir, changed)
+    for executor in ("local", "slurm"):  # a dry run refuses what the real command would
+        argv = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--executor", executor, "--dry-run"]
+        assert main(argv) == 2
+        assert main([*argv, "--allow-base-change"]) == 0
+    assert "hidden_size: 64" in (sweep_dir / "base_config.yaml").read_text()  # dry runs write nothing
     write_plan(sweep_dir, changed, allow_base_change=True)
     assert "hidden_size: 32" in (sweep_dir / "base_config.yaml").read_text()
 
