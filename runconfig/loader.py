@@ -82,7 +82,19 @@ def load_config(
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{path or 'config'}: {_describe(exc)}") from exc
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path or 'config'}: {exc}") from exc
+        raise ConfigError(f"{_blamed(str(exc), layers, path)}: {exc}") from exc
+
+
+def _blamed(message: str, layers: list[tuple[str, Any]], path: Any) -> str:
+    """Where the key a check's message starts with was last set: the command line's overrides
+    (not the file, which may hold another value), the file, or the defaults."""
+    key = re.match(r"([A-Za-z_]\w*(?:\.\w+)+):", message)
+    if key:
+        for source, layer in reversed(layers):
+            tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer
+            if isinstance(tree, dict) and key.group(1) in flatten(tree):
+                return source
+    return str(path or "config")
 
 
 def to_dict(cfg: Any) -> dict:

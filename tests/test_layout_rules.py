@@ -111,3 +111,15 @@ def test_a_gpu_job_that_asks_for_no_cpus_is_warned_of(capsys):
     assert "#SBATCH --mem=0\n" in out and "#SBATCH --cpus-per-task=64\n" in out
     assert cpu_request_note(SlurmOptions(sbatch_lines=["--exclusive"]), 8) is None
     assert cpu_request_note(SlurmOptions(), 0) is None  # a CPU job: its default is its own business
+
+
+def test_a_bad_value_is_blamed_on_where_it_was_given(tmp_path):
+    from runconfig import ConfigError, load_config
+    from runconfig.schema import RunConfig
+
+    with pytest.raises(ConfigError, match=r"^command-line overrides: optimizer.lr: must be a positive"):
+        load_config(RunConfig, TINY, ["optimizer.lr=-1"])  # tiny_cpu.yaml holds a good lr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optimizer:\n  lr: -1\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}: optimizer.lr: must be a positive"):
+        load_config(RunConfig, bad)
