@@ -183,6 +183,9 @@ class EvalConfig:
     batches: int = 4  # fixed held-out batches (of training.global_batch_size sequences each)
 
     def __post_init__(self) -> None:
+        if not self.at:
+            # the last ``at`` point is the run's final_val_loss (training.loop_parts.EvalSchedule)
+            raise ValueError("eval.at: must list at least one fraction in (0, 1], got []")
         for frac in self.at:
             if not 0.0 < frac <= 1.0:
                 raise ValueError(f"eval.at: fractions must be in (0, 1], got {frac!r}")

@@ -212,6 +212,7 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("parametrization.preset=deep", "parametrization.preset"),
         ("optimizer.name=lion", "optimizer.name"),
         ("eval.at=[0.0,1.0]", "eval.at"),
+        ("eval.at=[]", "eval.at: must list at least one fraction"),
         ("training.global_batch_size=7", "training.global_batch_size"),
         ("data.mock=false", "data"),
         ("model.attention_backend=fast", "model.attention_backend: must be one of"),
