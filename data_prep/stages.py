@@ -247,7 +247,11 @@ def check_error_budget(job: Job, results: list[dict]) -> None:
     failed = [i["path"] for i in inputs if i["failed"]]
     problems = []
     if records == 0:
-        problems.append(f"nothing could be read from {len(inputs)} input(s)")
+        names = [i["path"] for i in inputs]
+        problems.append(
+            f"nothing could be read from {len(inputs)} input(s) "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+        )
     seen = records + skipped
     if seen and skipped / seen > cfg.errors.max_skipped_fraction:
         problems.append(

@@ -18,6 +18,7 @@ from patches.rules import ModelShape, ResolvedParametrization
 from patches.rules import resolve as resolve_parametrization
 from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
+from runconfig.validate import FLOAT32_MAX
 
 # The choices of each key, as types: OmegaConf checks them when a config is loaded, each
 # section's __post_init__ when one is built in Python.
@@ -35,6 +36,13 @@ DecayStyle = Literal["constant", "linear", "cosine", "wsd"]
 WsdDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on GPU, fp32 on CPU
 Device = Literal["auto", "cpu", "cuda"]
+
+SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.seed, megatron's dataset RandomState)
+
+
+def _seed_in_range(key: str, seed: int) -> None:
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"{key}: must be in [0, 2**32 - 1] (numpy's seed range), got {seed!r}")
 
 
 @dataclass
@@ -104,6 +112,7 @@ class ModelConfig:
         _at_least("model.recompute_num_layers", self.recompute_num_layers, 1)
         _choice("model.compile_backend", self.compile_backend, CompileBackend)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
+        _at_least("model.vocab_size", self.vocab_size, 1, optional=True)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ValueError(f"model.{key}: must be in [0, 1), got {getattr(self, key)!r}")
@@ -127,8 +136,10 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         _choice("optimizer.name", self.name, OptimizerName)
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"optimizer.lr: must be a positive finite number, got {self.lr!r}")
+        # torch keeps each group's LR (and the scheduler's min_lr) as a float32 scalar on the
+        # optimizer step: a larger value overflows there (training/optim.py)
+        if not (math.isfinite(self.lr) and 0 < self.lr <= FLOAT32_MAX):
+            raise ValueError(f"optimizer.lr: must be a positive number <= {FLOAT32_MAX:.6g} (float32), got {self.lr!r}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"optimizer.min_lr_ratio: must be in [0, 1], got {self.min_lr_ratio!r}")
         _at_least("optimizer.weight_decay", self.weight_decay, 0.0)
@@ -174,6 +185,13 @@ class TrainingConfig:
                 f"training.micro_batch_size={self.micro_batch_size}"
             )
         _choice("training.precision", self.precision, Precision)
+        if self.divergence_loss_bound is not None and not (
+            math.isfinite(self.divergence_loss_bound) and self.divergence_loss_bound > 0
+        ):
+            raise ValueError(
+                "training.divergence_loss_bound: must be a positive finite number (a cross-entropy "
+                f"loss in nats) or null, got {self.divergence_loss_bound!r}"
+            )
 
 
 @dataclass
@@ -183,6 +201,9 @@ class EvalConfig:
     batches: int = 4  # fixed held-out batches (of training.global_batch_size sequences each)
 
     def __post_init__(self) -> None:
+        if not self.at:
+            # the last ``at`` point is the run's final_val_loss (training.loop_parts.EvalSchedule)
+            raise ValueError("eval.at: must list at least one fraction in (0, 1], got []")
         for frac in self.at:
             if not 0.0 < frac <= 1.0:
                 raise ValueError(f"eval.at: fractions must be in (0, 1], got {frac!r}")
@@ -209,6 +230,7 @@ class DataConfig:
             raise ValueError("data.train_weights: needs one weight per entry of data.train_prefixes")
         if self.valid_weights is not None and len(self.valid_weights) != len(self.valid_prefixes):
             raise ValueError("data.valid_weights: needs one weight per entry of data.valid_prefixes")
+        _seed_in_range("data.seed", self.seed)
 
 
 @dataclass
@@ -219,6 +241,7 @@ class RunSection:
     def __post_init__(self) -> None:
         if not self.dir:
             raise ValueError("run.dir: must not be empty")
+        _seed_in_range("run.seed", self.seed)
 
 
 @dataclass

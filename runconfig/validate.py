@@ -16,6 +16,23 @@ if TYPE_CHECKING:
     from runconfig.schema import RunConfig
 
 DEVICES = ("cpu", "cuda")
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _check_step_size(cfg: RunConfig, lr_factor: float) -> None:
+    """The largest step size the optimizer applies must be a finite float32: torch's optimizers
+    pass it to the float32 parameters as a scalar (Adam's ``lr * factor / (1 - beta1**step)``
+    is largest at step 1), and a larger one fails with an overflow at the first step."""
+    o = cfg.optimizer
+    scale = lr_factor
+    if cfg.optimizer.family == "adam" and 0.0 <= o.adam_beta1 < 1.0:
+        scale /= 1.0 - o.adam_beta1
+    if o.lr * scale > FLOAT32_MAX:
+        raise ValueError(
+            f"optimizer.lr: {o.lr!r} gives a step size of {o.lr * scale:.6g} (lr * LR factor {lr_factor:.6g}"
+            + (" / (1 - optimizer.adam_beta1)" if scale != lr_factor else "")
+            + f"), over the float32 maximum {FLOAT32_MAX:.6g}"
+        )
 
 
 def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
@@ -24,7 +41,7 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
     ``device`` is the resolved device (cpu | cuda); None uses ``parallel.device`` when it
     names one and skips the device checks when it is ``auto`` (not known until run time).
     """
-    from runconfig.schema import resolve
+    from runconfig.schema import SEED_MAX, resolve
 
     apply_data_source(cfg)
     m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
@@ -41,7 +58,13 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
         )
     if cfg.data.mock and m.vocab_size is None:
         raise ValueError("model.vocab_size: required when data.mock is true")
-    resolve(cfg)  # the parametrization engine's own refusals (e.g. width yaida has no Adam rule)
+    if par.pipeline_model_parallel_size > 1 and cfg.run.seed + 100 * (par.pipeline_model_parallel_size - 1) > SEED_MAX:
+        raise ValueError(
+            f"run.seed: {cfg.run.seed} + 100 * pipeline rank (megatron's rule) exceeds numpy's seed range "
+            f"[0, 2**32 - 1] with parallel.pipeline_model_parallel_size={par.pipeline_model_parallel_size}"
+        )
+    resolved = resolve(cfg)  # the parametrization engine's own refusals (e.g. width yaida has no Adam rule)
+    _check_step_size(cfg, max(rule.lr_factor for rule in resolved.roles.values()))
 
     device = device or (par.device if par.device in DEVICES else None)
     if device == "cpu":

@@ -394,6 +394,21 @@ def test_nothing_readable_fails(tmp_path):
         )
 
 
+def test_an_empty_input_is_named_and_exits_1(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    cli = subprocess.run(
+        [sys.executable, "-m", "data_prep", "--input", str(empty), "--output", str(tmp_path / "out"), "--no-progress"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 1  # docs/data_prep.md: nothing readable is a failed run, exit 1
+    assert f"nothing could be read from 1 input(s) ({empty})" in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
 def test_everything_filtered_fails_with_counts(tmp_path):
     path = write_jsonl(tmp_path / "short.jsonl", SHORT)
     with pytest.raises(DataPrepError, match='no document passed the filters: .*"gopher_min_words": 3'):

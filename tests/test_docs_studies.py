@@ -38,7 +38,7 @@ def _ci(value: float, ci: list[float], fmt: str) -> str:
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_the_readme_headline_is_recomputed_from_the_committed_results(study):
-    # python -m eval transfer docs/studies/<study>/results.csv --fit-window W --shared-base sp
+    # python -m eval transfer docs/studies/<study>/results.csv --out DIR --fit-window W --shared-base sp
     label, window, presets = STUDIES[study]
     sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / study / "results.csv"), "sp")
     analysis = analyze(sweep, window=window, n_boot=1000, boot_seed=0)

@@ -173,6 +173,18 @@ def test_out_must_be_an_export_folder(tmp_path):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+def test_a_step_without_a_checkpoint_lists_the_steps_kept(tmp_path, capsys):
+    run = config_only_run(tmp_path)
+    kept = run / "checkpoints" / "step_00000040"
+    kept.mkdir(parents=True)
+    (kept / "common.json").write_text(json.dumps({"step": 40}))
+    (run / "checkpoints" / "latest").write_text("step_00000040\n")
+    assert main([str(run), "--out", str(tmp_path / "hf"), "--step", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint at step 20" in err and "steps with one: 40" in err
+    assert not (tmp_path / "hf").exists()
+
+
 def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     """A run whose data_prep used a tokenizer.json: the export carries it; ids identical."""
     from pydoc_data.topics import topics

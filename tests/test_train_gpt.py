@@ -215,6 +215,15 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("parametrization.preset=deep", "parametrization.preset"),
         ("optimizer.name=lion", "optimizer.name"),
         ("eval.at=[0.0,1.0]", "eval.at"),
+        ("eval.at=[]", "eval.at: must list at least one fraction"),
+        # values numpy, math or torch refuse only once training has started
+        ("run.seed=-1", "run.seed: must be in [0, 2**32 - 1]"),
+        ("run.seed=99999999999", "run.seed: must be in [0, 2**32 - 1]"),
+        ("data.seed=-5", "data.seed: must be in [0, 2**32 - 1]"),
+        ("model.vocab_size=0", "model.vocab_size: must be >= 1"),
+        ("optimizer.lr=1e300", "optimizer.lr:"),
+        ("optimizer.lr=1e38", "optimizer.lr: 1e+38 gives a step size of 1e+39"),
+        ("training.divergence_loss_bound=-1", "training.divergence_loss_bound: must be a positive"),
         ("training.global_batch_size=7", "training.global_batch_size"),
         ("data.mock=false", "data"),
         ("model.attention_backend=fast", "model.attention_backend: must be one of"),
@@ -225,6 +234,14 @@ def test_invalid_config_names_the_key(tmp_path, override, needle):
     assert out.returncode == 2
     assert needle in out.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_seed_out_of_numpy_range_on_a_later_pipeline_stage_exits_2(tmp_path):
+    # megatron seeds pipeline stage p with run.seed + 100 * p: the last stage's seed must fit too
+    out = train(tmp_path / "run", "run.seed=4294967295", "parallel.pipeline_model_parallel_size=2", check=False)
+    assert out.returncode == 2
+    assert "run.seed: 4294967295 + 100 * pipeline rank" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_locked_run_directory_exits_4(tmp_path):

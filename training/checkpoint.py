@@ -151,6 +151,16 @@ def one_process_config(cfg: Any) -> Any:
     return dataclasses.replace(cfg, parallel=par)
 
 
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of ``run_dir``'s complete checkpoints (a ``step_*`` folder with its common file)."""
+    steps = []
+    for path in (Path(run_dir) / CHECKPOINTS_DIR).glob("step_*"):
+        match = re.fullmatch(r"step_(\d+)", path.name)
+        if match and (path / COMMON_FILE).is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
 def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     """The latest checkpoint of ``run_dir`` (or the one of ``step``) whose model weights can be read
     into one process: a GPU ``dist/`` checkpoint (any layout: it reshards) or a CPU one (its
@@ -164,6 +174,12 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
             raise CheckpointError(f"no checkpoint in {run_dir / CHECKPOINTS_DIR} (no '{LATEST}' file)")
     else:
         path = checkpoint_dir(run_dir, step)
+        if not path.is_dir():
+            kept = checkpoint_steps(run_dir)
+            raise CheckpointError(
+                f"no checkpoint at step {step} in {Path(run_dir) / CHECKPOINTS_DIR}; steps with one: "
+                + (", ".join(map(str, kept)) if kept else "none")
+            )
         if not (path / COMMON_FILE).is_file():
             raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMON_FILE})")
     try:
