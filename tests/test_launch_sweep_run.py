@@ -370,6 +370,7 @@ def test_slots_pin_gpus_or_split_cpu_threads():
 
 def test_concurrent_runs_get_distinct_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.1")  # 1.2 s a run: runs overlap even on a loaded machine
     grid = {"model.num_layers": [2, 4], "optimizer.lr": [0.001, 0.002]}
     spec = _spec(tmp_path, grid=grid, executor={"kind": "local", "max_parallel": 4, "gpus_per_run": 1})
     sweep_dir = tmp_path / "sw"
