@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
     )
     logging.getLogger("data_prep").setLevel(logging.INFO)
     from data_prep.api import load_data_prep_config
-    from data_prep.pipeline import DataPrepError, run
+    from data_prep.pipeline import DataPrepError, Preempted, raise_preempted, run
     from data_prep.readers import InputError
     from data_prep.tokenizer import TokenizerError
     from runconfig import ConfigError
@@ -107,7 +108,17 @@ def main(argv: list[str] | None = None) -> ExitCode:
             from data_prep.slurm import submit
 
             return submit(cfg, args.dry_run)
-        manifest = run(cfg)
+        previous = signal.signal(signal.SIGTERM, raise_preempted)
+        try:
+            manifest = run(cfg)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except (Preempted, KeyboardInterrupt) as exc:
+        why = "SIGTERM" if isinstance(exc, Preempted) else "Ctrl-C"
+        print(
+            f"data_prep: stopped by {why}; finished units are kept: rerun the same command to resume", file=sys.stderr
+        )
+        return ExitCode.RESUMABLE
     except (InputError, TokenizerError, ValueError) as exc:  # ValueError: a #SBATCH value (ScriptError)
         print(f"data_prep: config error: {exc}", file=sys.stderr)
         return ExitCode.USAGE

@@ -16,7 +16,9 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from data_prep import stages
@@ -33,8 +35,17 @@ __all__ = ["DataPrepError", "clean_work", "manifest_without_run", "run", "run_ta
 logger = logging.getLogger("data_prep")
 
 
+class Preempted(BaseException):
+    """SIGTERM reached data_prep (SLURM preempts it, its time limit is near, or a user stops it)."""
+
+
+def raise_preempted(signum, frame) -> None:
+    raise Preempted()
+
+
 def _worker_init() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     offline_env()
 
 
@@ -62,6 +73,27 @@ def _executor(workers: int) -> cf.Executor:
     else:
         context = multiprocessing.get_context("spawn")
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_init)
+
+
+@contextlib.contextmanager
+def _pool(workers: int) -> Iterator[cf.Executor]:
+    """:func:`_executor`, shut down on leaving. On an exception (a failure, SIGTERM, Ctrl-C) its
+    workers are stopped at once and queued work is dropped: finished units are on disk (each
+    written atomically), so no worker may outlive the run or hold its end up for a shard."""
+    pool = _executor(workers)
+    try:
+        yield pool
+    except BaseException:
+        if isinstance(pool, cf.ProcessPoolExecutor):
+            procs = list((pool._processes or {}).values())  # no public way before Python 3.14
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.join(10)
+        raise
+    else:
+        pool.shutdown(wait=True)
 
 
 def usable_cores() -> int:
@@ -100,7 +132,7 @@ def run(cfg: DataPrepConfig) -> dict:
     with _locked(job.work / ".lock", exclusive=True):
         _remove_stale_tmp_files(job.out)
         workers = _workers(cfg, len(shards))
-        with _executor(workers) as pool:
+        with _pool(workers) as pool:
             with _timed(job, "clean"):
                 stages.clean(job, pool, shards)
             if cfg.clean.near_dedup.enabled:
@@ -155,7 +187,7 @@ def run_task(cfg: DataPrepConfig, shards: list[Shard], stage: Stage, rank: int, 
             run_info = {"started_at": _iso(started), "elapsed_s": round(time.time() - started, 3), "executor": "slurm"}
             return stages.write_manifest(job, plan, tokenizer_info, merge, run_info)
         else:
-            with _executor(_workers(cfg, len(mine))) as pool:
+            with _pool(_workers(cfg, len(mine))) as pool:
                 if stage.name == "tokenize":
                     stages.tokenize(job, pool, mine, stages.load_plan(job), stages.load_tokenizer_stage(job)[0])
                 else:

@@ -34,7 +34,7 @@ import yaml
 
 from data_prep import stages
 from data_prep.config import DataPrepConfig, fingerprint
-from data_prep.pipeline import check_inputs, run_task
+from data_prep.pipeline import Preempted, check_inputs, raise_preempted, run_task
 from data_prep.shards import Shard, shards_from_json, shards_to_json
 from data_prep.stages import DataPrepError, Job, Stage
 from jobscripts import sbatch
@@ -49,14 +49,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_FILE, SHARDS_FILE, TASKS_FILE = "config.yaml", "shards.json", "tasks.json"
 # The retry policy: outcome -> counts against runtime.slurm.max_retries.
 OUTCOMES = {Status.COMPLETED: False, Status.FAILED: True, Status.PREEMPTED: False, Status.INTERRUPTED: False}
-
-
-class Preempted(BaseException):
-    """SIGTERM reached an array task: SLURM preempts it or its time limit is near."""
-
-
-def _raise_preempted(signum, frame) -> None:
-    raise Preempted()
 
 
 # ----------------------------------------------------------------------------- freezing a run
@@ -114,7 +106,7 @@ def run_array_task(folder: Path, stage_name: str, rank: int | None) -> int:
         raise DataPrepError(f"--task {rank}: the {stage_name} stage has tasks 0-{count - 1}")
     log_file = _attempts_file(folder, stage_name, rank)
     attempt = attempts.begin(log_file, os.getpid())
-    previous = signal.signal(signal.SIGTERM, _raise_preempted)
+    previous = signal.signal(signal.SIGTERM, raise_preempted)
     code = ExitCode.FAILED
     started = time.time()
     try:

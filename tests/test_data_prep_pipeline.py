@@ -271,6 +271,60 @@ def test_sigkill_during_run_then_rerun_is_identical(planted, tmp_path):
     assert manifest_without_run(manifest) == manifest_without_run(reference)
 
 
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()  # "pid (comm) state ppid ..."
+        except OSError:  # gone meanwhile
+            continue
+        if len(fields) > 1:
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
+        found.update(kids)
+        todo += kids
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_run_exits_75_with_one_line_and_no_worker_left(planted, tmp_path, sig):
+    """SIGTERM (a scheduler) or SIGINT (Ctrl-C, which a terminal sends the whole group) stops the
+    workers at once: exit 75, one line, no traceback, no process left behind; a rerun finishes."""
+    raw = tmp_path / "raw"
+    shutil.copytree(planted["raw"], raw)
+    for i in range(6):
+        write_jsonl(raw / f"f_more_{i}.jsonl", [english_doc(1000 + 200 * i + j) for j in range(200)])
+    out = tmp_path / "stopped"
+    overrides = [o for o in planted_overrides(raw, out) if not o.startswith("runtime.workers")]
+    cmd = [sys.executable, "-m", "data_prep", *overrides, "runtime.workers=2"]
+    proc = subprocess.Popen(  # SIGINT as a terminal leaves it (a background job's parent may ignore it)
+        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    markers = out / ".work" / "clean"
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(markers.glob("*.json")) and proc.poll() is None:
+        time.sleep(0.01)
+    children = _descendants(proc.pid)
+    assert children, "the run should have its workers when it is stopped"
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-2000:]
+    assert "Traceback" not in err and "finished units are kept: rerun the same command to resume" in err
+    deadline = time.time() + 15
+    while time.time() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
+        time.sleep(0.1)
+    assert not [c for c in children if Path(f"/proc/{c}").exists()], "a worker outlived the run"
+    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+
+
 def test_bad_inputs_are_skipped_named_and_counted(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
