@@ -270,6 +270,16 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS_DIR / step_dir_name(step)
 
 
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of ``run_dir``'s complete checkpoints (a :func:`step_dir_name` folder with its common file)."""
+    steps = []
+    for path in (Path(run_dir) / CHECKPOINTS_DIR).glob("step_*"):
+        digits = path.name.removeprefix("step_")
+        if digits.isdecimal() and (path / COMMON_FILE).is_file():
+            steps.append(int(digits))
+    return sorted(steps)
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     """The checkpoint folder ``checkpoints/latest`` names (None when there is none)."""
     pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST

@@ -31,7 +31,15 @@ import torch
 import torch.distributed as dist
 
 from jobscripts.atomic import atomic_write_text
-from rundir.files import CHECKPOINTS_DIR, COMMON_FILE, LATEST, checkpoint_dir, latest_checkpoint, step_dir_name
+from rundir.files import (
+    CHECKPOINTS_DIR,
+    COMMON_FILE,
+    LATEST,
+    checkpoint_dir,
+    checkpoint_steps,
+    latest_checkpoint,
+    step_dir_name,
+)
 
 
 def cpu_state_file(tp_rank: int, pp_rank: int) -> str:
@@ -149,16 +157,6 @@ def one_process_config(cfg: Any) -> Any:
         cfg.parallel, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, sequence_parallel=False
     )
     return dataclasses.replace(cfg, parallel=par)
-
-
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    """The steps of ``run_dir``'s complete checkpoints (a ``step_*`` folder with its common file)."""
-    steps = []
-    for path in (Path(run_dir) / CHECKPOINTS_DIR).glob("step_*"):
-        match = re.fullmatch(r"step_(\d+)", path.name)
-        if match and (path / COMMON_FILE).is_file():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
 
 
 def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
