@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from eval.results import FRACTION_ATOL, SweepResults, check_duplicates
+from eval.results import FRACTION_ATOL, SweepResults
 
 BASE_FAMILY_COLUMNS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
 RUN_COLUMNS: tuple[str, ...] = (
@@ -135,7 +135,6 @@ def build_families(runs: pd.DataFrame, columns: list[str]) -> dict[tuple, Family
 def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_before_divergence: bool = False) -> CurveSet:
     """Collapse the rows into :class:`DepthCurve` objects, one per family x fraction x depth."""
     rows = sweep.rows
-    check_duplicates(sweep.path, rows, sweep.extra_keys)  # read_results has; rows built otherwise are checked here
     columns = family_columns(sweep)
     runs = rows.drop_duplicates("run_id").set_index("run_id", drop=False)
     pending = runs[runs["status"] == "pending"]
@@ -181,7 +180,8 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
 
 
 def _rows_at_fraction(rows: pd.DataFrame, fraction: float) -> pd.DataFrame:
-    """The rows at ``fraction``, indexed by run ID (one per run: ``check_duplicates`` rejected repeats)."""
+    """The rows at ``fraction``, indexed by run ID (one per run: every :class:`SweepResults` comes
+    from ``read_results`` or ``results_from_records``, whose ``check_duplicates`` refused repeats)."""
     sub = rows[np.isclose(rows["fraction"], fraction, rtol=0.0, atol=FRACTION_ATOL)]
     return sub.set_index("run_id", verify_integrity=True)
 
