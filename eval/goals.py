@@ -97,7 +97,7 @@ def check_goals(analysis: TransferAnalysis, goals: Mapping[str, float]) -> list[
 
 
 def _open(depths) -> tuple[str, ...]:
-    return tuple(f"L={d.depth} {side}" for d in depths for side in d.open_ends)
+    return tuple(label for d in depths for label in d.open_labels())
 
 
 def met_text(check: dict) -> str:

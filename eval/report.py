@@ -149,7 +149,7 @@ def optimum_marks(depths: list[DepthResult], prefix: str = "") -> dict[str, list
             seen.append(d)
     return {
         "edge": [f"{prefix}L={d.depth} {d.optimum.edge}" for d in seen if d.optimum.edge is not None],
-        "cut": [f"{prefix}L={d.depth} {side}" for d in seen for side in d.open_ends],
+        "cut": [label for d in seen for label in d.open_labels(prefix)],
     }
 
 

@@ -116,6 +116,11 @@ class DepthResult:
             if abs(ci_end - self.usable_end(side)) < 1e-9 and self.beyond_end(side)[1] != "diverged"
         )
 
+    def open_labels(self, prefix: str = "") -> list[str]:
+        """Its :attr:`open_ends` as ``L=32 high`` (with ``prefix`` in front): how goals and the
+        headline's marks name a cut interval."""
+        return [f"{prefix}L={self.depth} {side}" for side in self.open_ends]
+
     @property
     def seed_counts(self) -> tuple[int, int]:
         """Fewest and most usable seeds over the usable LRs (0, 0 when none)."""
