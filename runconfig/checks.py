@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args, get_origin
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch keeps step sizes as float32 scalars
+SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.seed, megatron's dataset RandomState)
+
 
 def choices_of(choices: Any) -> tuple[Any, ...]:
     """The values of a ``Literal[...]`` type, or the given tuple itself."""
@@ -29,3 +32,9 @@ def check_fraction(key: str, value: float | None) -> None:
     """``value`` in [0, 1], or ``None``."""
     if value is not None and not 0.0 <= value <= 1.0:
         raise ValueError(f"{key}: must be in [0, 1], got {value!r}")
+
+
+def check_seed(key: str, seed: int) -> None:
+    """``seed`` in numpy's seed range."""
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"{key}: must be in [0, 2**32 - 1] (numpy's seed range), got {seed!r}")

@@ -16,9 +16,9 @@ from patches.names import OPTIMIZER_FAMILIES, BlockName, Linear1Phi, OptimizerFa
 from patches.parametrization import Parametrization
 from patches.rules import ModelShape, ResolvedParametrization
 from patches.rules import resolve as resolve_parametrization
+from runconfig.checks import FLOAT32_MAX, check_seed
 from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
-from runconfig.validate import FLOAT32_MAX
 
 # The choices of each key, as types: OmegaConf checks them when a config is loaded, each
 # section's __post_init__ when one is built in Python.
@@ -36,13 +36,6 @@ DecayStyle = Literal["constant", "linear", "cosine", "wsd"]
 WsdDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on GPU, fp32 on CPU
 Device = Literal["auto", "cpu", "cuda"]
-
-SEED_MAX = 2**32 - 1  # numpy's seed range (np.random.seed, megatron's dataset RandomState)
-
-
-def _seed_in_range(key: str, seed: int) -> None:
-    if not 0 <= seed <= SEED_MAX:
-        raise ValueError(f"{key}: must be in [0, 2**32 - 1] (numpy's seed range), got {seed!r}")
 
 
 @dataclass
@@ -230,7 +223,7 @@ class DataConfig:
             raise ValueError("data.train_weights: needs one weight per entry of data.train_prefixes")
         if self.valid_weights is not None and len(self.valid_weights) != len(self.valid_prefixes):
             raise ValueError("data.valid_weights: needs one weight per entry of data.valid_prefixes")
-        _seed_in_range("data.seed", self.seed)
+        check_seed("data.seed", self.seed)
 
 
 @dataclass
@@ -241,7 +234,7 @@ class RunSection:
     def __post_init__(self) -> None:
         if not self.dir:
             raise ValueError("run.dir: must not be empty")
-        _seed_in_range("run.seed", self.seed)
+        check_seed("run.seed", self.seed)
 
 
 @dataclass

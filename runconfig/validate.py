@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from runconfig.checks import FLOAT32_MAX, SEED_MAX
+
 if TYPE_CHECKING:
     from runconfig.schema import RunConfig
 
 DEVICES = ("cpu", "cuda")
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _check_step_size(cfg: RunConfig, lr_factor: float) -> None:
@@ -41,7 +42,7 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
     ``device`` is the resolved device (cpu | cuda); None uses ``parallel.device`` when it
     names one and skips the device checks when it is ``auto`` (not known until run time).
     """
-    from runconfig.schema import SEED_MAX, resolve
+    from runconfig.schema import resolve
 
     apply_data_source(cfg)
     m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
