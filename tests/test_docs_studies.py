@@ -84,3 +84,34 @@ def test_the_readme_leave_deepest_out_check_is_recomputed(corpus):
         line = next((x for x in readme if x.startswith(prefix)), None)
         assert line is not None, f"README lacks the recomputed row:\n{prefix}"
         assert line.endswith("| yes |") == inside, line
+
+
+# docs/studies/<dir> -> the study file (and variant) that ran it: its goals and analysis settings
+SUMMARY_STUDIES = {
+    "kjv": ("default", None),
+    "sotu": ("default", None),
+    "fig10_linear1_abs": ("fig10", ["linear1_abs"]),
+}
+
+
+@pytest.mark.parametrize("study", SUMMARY_STUDIES)
+def test_the_committed_summary_goal_table_is_recomputed_from_the_committed_results(study):
+    # the goal table of docs/studies/<study>/demo_summary.md, as the study's analysis
+    # (study.analysis.analyse) checks the study file's goals on its committed results.csv
+    from eval.goals import check_goals, goal_table
+    from study.spec import load_study
+
+    name, variants = SUMMARY_STUDIES[study]
+    s = load_study(name, variants)
+    assert s.goals, f"study {name} has no goals"
+    sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / study / "results.csv"), s.presets[0])
+    analysis = analyze(sweep, window=s.fit_window, n_boot=s.bootstrap, boot_seed=0, seed_model=s.seed_model)
+    checks = [c.as_dict() for c in check_goals(analysis, s.goals)]
+    summary = (ROOT / "docs" / "studies" / study / "demo_summary.md").read_text()
+    met = sum(c["met"] for c in checks)
+    assert f"Goals ({met} of {len(checks)} met;" in summary
+    _, rows = goal_table(checks)
+    lines = summary.splitlines()
+    for cells in rows:
+        line = "| " + " | ".join(cells) + " |"
+        assert line in lines, f"{study}/demo_summary.md lacks the recomputed goal row:\n{line}"
