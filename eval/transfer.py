@@ -702,10 +702,14 @@ def _bootstrap(
             if all(found[j].seed_counts[1] <= 1 for j in borrowing)
             else "no residual degrees of freedom under the additive seed model"
         )
+        # each lender's seed SD, so a reader sees how alike the noise is across the depths measured
+        sds = [float(np.sqrt(np.mean(pools[j][0] ** 2))) for j in own]
+        spread = f"{min(sds):.3f}" if len(sds) == 1 else f"{min(sds):.3f} to {max(sds):.3f}"
         text = (
             f"L={depths} {'has' if len(borrowing) == 1 else 'have'} no seed noise of its own ({why}); its noise in the CI is borrowed: the residuals "
             f"pooled over this family's depths with several seeds (L={lenders}; {family_pool[0].size} residuals, "
-            f"df {family_pool[1]}), which assumes the seed noise is alike across depths"
+            f"df {family_pool[1]}; seed SD {spread} nats there), which assumes the seed noise is alike across "
+            "depths: where the borrowing depth is noisier, its interval is too narrow"
         )
         result.slope.ci_note = "; ".join(t for t in (result.slope.ci_note, text) if t)
         notes.append(Note(where_ff, text))

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -382,8 +383,11 @@ def test_a_depth_with_one_seed_per_lr_borrows_its_familys_seed_noise(tmp_path):
     assert (
         f"[{where}] L=16 has no seed noise of its own (one usable seed at every LR); its noise in the CI is "
         "borrowed: the residuals pooled over this family's depths with several seeds (L=2, 4, 8; 153 residuals, "
-        "df 102)"
+        "df 102; seed SD "
     ) in notes_text(analysis)
+    # the lenders' measured seed SDs, named so a reader can judge "alike across depths": planted 0.02 at each
+    sds = re.search(rf"\[{re.escape(where)}\] L=16 .*seed SD ([0-9.]+) to ([0-9.]+) nats there", notes_text(analysis))
+    assert sds and 0.013 < float(sds[1]) <= float(sds[2]) < 0.027, sds  # 0.02 within 3 SE (df 34 per depth)
     assert "pooled residuals of their curve" not in notes_text(analysis)  # L=16's curve has none
     for g in analysis.gaps:
         assert g.depth == 16 and g.ci[1] - g.ci[0] > 0.01
