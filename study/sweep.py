@@ -45,7 +45,7 @@ class AdaptiveSweep:
     """
 
     def __init__(self, sweep_dir: Path, spec_path: Path, s: Study, workers: int) -> None:
-        from launch.sweep_dir import read_plan
+        from launch.sweep_dir import check_base, read_plan
         from launch.sweep_spec import load_spec
 
         self.sweep_dir = sweep_dir
@@ -73,6 +73,14 @@ class AdaptiveSweep:
             )
             if moved_from != base.parent:
                 self._moved(moved_from, base.parent, base)
+            # every run shares the base config: a study file that changed it (a width, the steps,
+            # the vocabulary) no longer describes these runs, even where it adds no new point
+            check_base(
+                sweep_dir,
+                self.plan,
+                remedy=f"study {s.name!r} no longer describes the runs in {sweep_dir} (a key every run shares "
+                "changed): give another --out for the new study, or restore the study file",
+            )
             for run in self.plan.runs:
                 self.points[self.point_of(run.point)] = run.run_id
 

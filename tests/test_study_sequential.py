@@ -175,6 +175,36 @@ def test_a_moved_study_directory_resumes_there(tmp_path, monkeypatch):
     snapshot = yaml.safe_load((b / "sweep" / "base_config.yaml").read_text())
     assert snapshot["data"]["cache_dir"] == str(b / "cache")
     write_plan(moved.sweep_dir, moved.plan)  # what adding points does: no refusal
-    changed = AdaptiveSweep(c / "sweep", write(c, **{"training.steps": 31}), s, workers=2)  # moved and changed
-    with pytest.raises(LaunchError, match="differs from the snapshot"):
-        write_plan(changed.sweep_dir, changed.plan)
+    with pytest.raises(LaunchError, match="differs from the snapshot"):  # moved and changed
+        AdaptiveSweep(c / "sweep", write(c, **{"training.steps": 31}), s, workers=2)
+
+
+def test_a_study_file_that_changed_the_run_shape_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """The study file's width edited between two parts of a study (the same --out): the runs
+    in the directory were trained, or are queued, at the old width. The study used to go on
+    without a word where the planner added no point (only adding points checked the base
+    config): it ran the queued runs at the old width and reported them under the new one.
+    It is refused when the sweep is opened, naming the keys that changed and what to do."""
+    from launch.errors import LaunchError
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    s = _study(depths=(2, 4), base_seeds=3)
+
+    def write(width: int) -> Path:
+        base = yaml.safe_load(TINY_BASE.read_text())
+        base["model"]["hidden_size"] = base["parametrization"]["base_hidden_size"] = width
+        (tmp_path / "demo_base.yaml").write_text(yaml.safe_dump(base))
+        spec = {"name": "shape", "base_config": "demo_base.yaml", "executor": {"kind": "local", "max_parallel": 2}}
+        (tmp_path / "demo_sweep.yaml").write_text(yaml.safe_dump(spec))
+        return tmp_path / "demo_sweep.yaml"
+
+    first = AdaptiveSweep(tmp_path / "sweep", write(64), s, workers=2)
+    queued = first._advance()
+    assert len(queued) == 5  # the base grid, queued; the planner adds nothing more until they finish
+    assert AdaptiveSweep(tmp_path / "sweep", write(64), s, workers=2).points == first.points  # the same study
+    with pytest.raises(LaunchError) as err:
+        AdaptiveSweep(tmp_path / "sweep", write(96), s, workers=2)
+    message = str(err.value)
+    assert "model.hidden_size: 64 -> 96" in message and "parametrization.base_hidden_size: 64 -> 96" in message
+    assert "give another --out" in message and "--allow-base-change" not in message  # not a flag of launch demo
+    assert yaml.safe_load((tmp_path / "sweep" / "base_config.yaml").read_text())["model"]["hidden_size"] == 64
