@@ -177,6 +177,11 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "goals: {speed: 1}": "goals.speed: unknown goal",
         "goals: {slope_ci_halfwidth: 0.1}": "budget_runs: a study with goals needs a run budget >= 1",
         "budget_runs: -3": "budget_runs: must be >= 0",
+        # each of these used to pass here and fail later: a traceback from data_prep, or the
+        # shared base trained before the sweep refused the preset
+        "presets: [sp, depth_mupp]": "presets: unknown preset 'depth_mupp'; choose from",
+        "presets: [ode, completep]": "presets: listed twice in ['ode', 'completep'] (as ['ode', 'ode'])",
+        "vocab_size: 256": "vocab_size: must be >= 260 (the smallest tokenizer data_prep trains), got 256",
     }
     for line, message in cases.items():
         key = line.split(":")[0]
@@ -188,6 +193,21 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         assert str(path) in str(err.value)
     with pytest.raises(LaunchError, match="no file"):
         load_study("nope")
+    # a budget below what the scan alone trains (it ran them all and called the budget spent)
+    goals = text + "goals: {slope_ci_halfwidth: 0.5}\n"
+    (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 5\n")  # quick: 2 LRs at L0 + 2 x 2 presets x 1 depth
+    with pytest.raises(LaunchError) as err:
+        load_study(str(tmp_path / "budget.yaml"))
+    assert f"{tmp_path / 'budget.yaml'}: budget_runs: 5 is fewer than the scan alone trains per variant (6: " in str(
+        err.value
+    )
+    assert load_study(str(tmp_path / "budget.yaml"), depths=(2,)).budget_runs == 5  # one depth: a scan of 2 runs
+    (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 6\n")
+    assert load_study(str(tmp_path / "budget.yaml")).budget_runs == 6
+    with pytest.raises(LaunchError, match="budget_runs: 6 is fewer than the scan alone trains per variant \\(10: "):
+        load_study(str(tmp_path / "budget.yaml"), depths=(2, 4, 8))  # --depths: the scan grows
+    (tmp_path / "alias.yaml").write_text(text.replace("presets: [sp, depth_mup]", "presets: [sp, completep]"))
+    assert load_study(str(tmp_path / "alias.yaml")).presets == ("sp", "ode")  # as a run config stores it
     fig10 = load_study("fig10", seeds=5)
     assert fig10.seeds == 5 and set(fig10.variants) == {"standard", "linear1_abs"}
     assert fig10.variant_keys() == ["model.block", "model.linear1_phi"] and default.variants == {"": {}}
