@@ -81,8 +81,21 @@ class AdaptiveSweep:
                 remedy=f"study {s.name!r} no longer describes the runs in {sweep_dir} (a key every run shares "
                 "changed): give another --out for the new study, or restore the study file",
             )
+            outside: dict[str, list[int]] = {}  # preset -> depths of runs the study no longer has
             for run in self.plan.runs:
-                self.points[self.point_of(run.point)] = run.run_id
+                point = self.point_of(run.point)
+                if point.depth in s.depths and point.preset in s.presets:
+                    self.points[point] = run.run_id
+                else:
+                    outside.setdefault(point.preset, []).append(point.depth)
+            if outside:
+                # the study file dropped a depth or a preset: its runs are kept (a later edit back
+                # reuses them) but are not this study's: not run, not counted, not analysed
+                where = ", ".join(f"{p} L={sorted(set(d))}" for p, d in sorted(outside.items()))
+                _log(
+                    f"{sum(map(len, outside.values()))} runs in {sweep_dir} are outside study {s.name!r} "
+                    f"(depths {list(s.depths)}, presets {list(s.presets)}): {where}; kept, not counted or analysed"
+                )
 
     def _moved(self, old: Path, new: Path, base: Path) -> None:
         """The study directory was moved (or copied) from ``old`` to ``new``: the base config
@@ -186,7 +199,9 @@ class AdaptiveSweep:
         work, so planning goes on past them until some run needs work or nothing is added."""
         while True:
             added = self._advance()
-            ids = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            mine = set(self.points.values())
+            runs = self.plan.runs if self.plan else []
+            ids = [r.run_id for r in runs if r.run_id in mine and self._state(r.run_id).needs_work]
             if ids or not added:
                 return ids
 

@@ -208,3 +208,33 @@ def test_a_study_file_that_changed_the_run_shape_is_refused_before_anything_runs
     assert "model.hidden_size: 64 -> 96" in message and "parametrization.base_hidden_size: 64 -> 96" in message
     assert "give another --out" in message and "--allow-base-change" not in message  # not a flag of launch demo
     assert yaml.safe_load((tmp_path / "sweep" / "base_config.yaml").read_text())["model"]["hidden_size"] == 64
+
+
+def test_a_depth_dropped_from_the_study_file_keeps_its_runs_out_of_the_study(tmp_path, monkeypatch):
+    """depths [2, 4, 8] run, then the study file says [2, 8] on the same --out: the L=4 runs
+    stay on disk but are not the study's. They used to be counted against its budget, analysed
+    (the slope and the goals rested on L=4 while the summary's table left it out), and an
+    unfinished one was trained."""
+    from launch.status import collect_states, write_results
+    from study.analysis import analyse
+
+    s = _study(depths=(2, 4, 8), base_seeds=3, refine_log2=0.0, max_widen=0)
+    sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
+    at4 = {p: rid for p, rid in sweep.points.items() if p.depth == 4}
+    assert len(at4) >= 6
+    unfinished = next(iter(at4.values()))
+    (tmp_path / "sweep" / "runs" / unfinished / "summary.json").unlink()  # as if cut before it finished
+
+    dropped = replace(s, depths=(2, 8))
+    again = AdaptiveSweep(tmp_path / "sweep", tmp_path / "demo_sweep.yaml", dropped, workers=4)
+    assert {p.depth for p in again.points} == {2, 8}
+    assert again.points == {p: rid for p, rid in sweep.points.items() if p.depth != 4}
+    assert unfinished not in again._work()  # not trained for a study that no longer has L=4
+    assert {p.depth for p in again.results()} == {2, 8}
+
+    write_results(again.sweep_dir, again.plan, collect_states(again.sweep_dir, again.plan))
+    analyse(again.sweep_dir, tmp_path / "report", dropped)
+    report = json.loads((tmp_path / "report" / "transfer.json").read_text())
+    analysed = {d["depth"] for r in report["results"] for d in r["depths"]}
+    assert analysed == {2, 8}
+    assert "only depths [2, 8] of [2, 4, 8] analysed (--depths)" in [w["message"] for w in report["warnings"]]
