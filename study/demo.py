@@ -37,6 +37,7 @@ def write_sweep_spec(out: Path, s: Study, data_dir: Path, workers: int, executor
     spec_path = out / "demo_sweep.yaml"
     spec = {
         "name": s.name,
+        "study": s.name,  # its runs are the planner's: `launch sweep` refuses this spec
         "base_config": base_path.name,
         "executor": {
             "kind": executor,

@@ -101,7 +101,7 @@ class AdaptiveSweep:
         """The study directory was moved (or copied) from ``old`` to ``new``: the base config
         snapshot names the old place's data. Where that is its only difference from the base
         config written here, the snapshot is rewritten to the new place (the runs are the same
-        runs); any other difference is left for :func:`launch.sweep_dir.write_plan` to refuse."""
+        runs); any other difference is refused next (:func:`launch.sweep_dir.check_base`)."""
         from launch.sweep_plan import BASE_SNAPSHOT
 
         snapshot = self.sweep_dir / BASE_SNAPSHOT
@@ -118,7 +118,7 @@ class AdaptiveSweep:
             (name for name, vals in self.variant_values.items() if all(values.get(k) == v for k, v in vals.items())),
             None,
         )
-        if variant is None:
+        if variant is None or not {"parametrization.preset", "model.num_layers", "optimizer.lr"} <= set(values):
             raise LaunchError(
                 f"{self.sweep_dir / 'sweep.yaml'}: run {values} matches no variant of study {self.s.name!r} "
                 f"({self.variant_values}); was the sweep directory made by another study?"

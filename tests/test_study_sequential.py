@@ -238,3 +238,44 @@ def test_a_depth_dropped_from_the_study_file_keeps_its_runs_out_of_the_study(tmp
     analysed = {d["depth"] for r in report["results"] for d in r["depths"]}
     assert analysed == {2, 8}
     assert "only depths [2, 8] of [2, 4, 8] analysed (--depths)" in [w["message"] for w in report["warnings"]]
+
+
+def test_launch_sweep_refuses_a_studys_spec_and_leaves_its_plan_alone(tmp_path, monkeypatch, capsys):
+    """``launch sweep OUT/demo_sweep.yaml --sweep-dir OUT/sweep`` (the spec a study writes) used
+    to expand its empty grid into one new run, replace the study's sweep.yaml with it (every
+    study run an orphan, a duplicate of the base run trained) and exit 0; ``--dry-run`` showed
+    that as fine, and the next ``launch demo`` died with a KeyError traceback. The spec now says
+    it is a study's and ``launch sweep`` refuses it (exit 2); a study directory whose sweep.yaml
+    holds a run that is no study point is refused by name."""
+    from launch.__main__ import main
+    from launch.errors import LaunchError
+    from study.demo import write_sweep_spec
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    s = _study(depths=(2, 4), base_seeds=3)
+    written = write_sweep_spec(tmp_path, s, tmp_path / "data", 2, "local", None)
+    assert yaml.safe_load(written.read_text())["study"] == "demo_quick"
+
+    spec = tmp_path / "demo_sweep.yaml"
+    executor = {"kind": "local", "max_parallel": 2}
+    spec.write_text(yaml.safe_dump({"name": "st", "study": "st", "base_config": str(TINY_BASE), "executor": executor}))
+    sweep = AdaptiveSweep(tmp_path / "sweep", spec, s, workers=2)
+    assert len(sweep._advance()) == 5
+    before = (tmp_path / "sweep" / "sweep.yaml").read_text()
+    for extra in (["--dry-run"], []):
+        assert main(["sweep", str(spec), "--sweep-dir", str(tmp_path / "sweep"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the runs of this sweep are planned by study 'st'" in err
+        assert f"python -m launch status {tmp_path / 'sweep'}" in err
+    assert (tmp_path / "sweep" / "sweep.yaml").read_text() == before
+    assert not (tmp_path / "sweep" / "runs").exists() or not any((tmp_path / "sweep" / "runs").iterdir())
+
+    plain = tmp_path / "plain.yaml"  # a spec without the mark (a study's from before it), run anyway
+    plain.write_text(yaml.safe_dump({"name": "st", "base_config": str(TINY_BASE), "executor": executor}))
+    assert main(["sweep", str(plain), "--sweep-dir", str(tmp_path / "sweep"), "--dry-run"]) == 0
+    from launch.sweep_dir import write_plan
+    from launch.sweep_spec import expand, load_spec
+
+    write_plan(tmp_path / "sweep", expand(plain, load_spec(plain)))
+    with pytest.raises(LaunchError, match="matches no variant of study 'demo_quick'"):
+        AdaptiveSweep(tmp_path / "sweep", spec, s, workers=2)
