@@ -297,3 +297,22 @@ def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, mon
     err = capsys.readouterr().err
     assert f"error: building {tmp_path / 'out' / 'data'} from corpus 'kjv': nothing could be read" in err
     assert not (tmp_path / "out" / "sweep").exists()
+
+
+def test_a_study_without_claims_says_so_by_its_own_name(tmp_path):
+    """A user's study file with ``claims: false`` ended with '(--quick is a smoke test ...)',
+    naming a flag that was not given."""
+    from study.demo import no_claims_note
+    from study.spec import load_study
+
+    (tmp_path / "mine.yaml").write_text(load_study_text("quick").replace("name: demo_quick", "name: mine"))
+    assert no_claims_note(load_study(str(tmp_path / "mine.yaml"))) == (
+        "(study 'mine' has claims: false: a smoke test of the pipeline, its numbers support no conclusion)"
+    )
+    assert "'demo_quick'" in no_claims_note(load_study("quick"))
+
+
+def load_study_text(name: str) -> str:
+    from study.spec import study_path
+
+    return study_path(name).read_text()
