@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -297,6 +298,38 @@ def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, mon
     err = capsys.readouterr().err
     assert f"error: building {tmp_path / 'out' / 'data'} from corpus 'kjv': nothing could be read" in err
     assert not (tmp_path / "out" / "sweep").exists()
+
+
+def test_a_vocab_size_changed_between_two_parts_of_a_study_is_refused(tmp_path, monkeypatch, capsys):
+    """The study file's vocab_size edited between two parts (the same --out): data_prep rebuilt
+    out/data in place at the new vocabulary, and the study reused every run trained on the old
+    one (the base config names only the data's folder), reporting them as 'BPE 1024'. It is
+    refused before data_prep runs, exit 2 naming the manifest and both sizes."""
+    import data_prep.api
+    import study.data
+    from study.demo import run_demo
+    from study.spec import load_study
+
+    def build(*args, **kwargs):
+        raise AssertionError("data_prep must not rebuild the study's data")
+
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "corpus.name").write_text("kjv\n")
+    (out / "corpus").mkdir()
+    (out / "corpus" / "kjv.jsonl").write_text('{"text": "In the beginning"}\n')  # built here, not carried
+    (out / "data" / "manifest.json").write_text(json.dumps({"tokenizer": {"vocab_size": 512}}))
+    monkeypatch.setattr(study.data, "corpus_jsonl", lambda *a: tmp_path / "corpus.jsonl")
+    monkeypatch.setattr(data_prep.api, "build_from_texts", build)
+    quick = load_study("quick")
+    assert quick.vocab_size == 512
+    with pytest.raises(AssertionError, match="must not rebuild"):  # the same vocabulary: data_prep's to resume
+        run_demo(out, quick, 1)
+    assert run_demo(out, replace(quick, vocab_size=1024), 1) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'data' / 'manifest.json'}: {out} holds a study trained at vocab_size 512" in err
+    assert "but study 'demo_quick' asks for 1024; give another --out" in err
+    assert not (out / "sweep").exists()
 
 
 def test_a_study_without_claims_says_so_by_its_own_name(tmp_path):
