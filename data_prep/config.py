@@ -213,6 +213,11 @@ class CleanConfig:
         _at_least("clean.max_chars", self.max_chars, 1)
 
 
+# The smallest vocabulary the tokenizer trains: SentencePiece's byte fallback alone holds 256 pieces
+# plus the special ones. A study's vocab_size is checked against it before anything runs.
+MIN_VOCAB_SIZE = 260
+
+
 @dataclass
 class TokenizerConfig:
     """Load ``path`` (SentencePiece .model or HF tokenizer.json), or train SentencePiece."""
@@ -229,7 +234,7 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         _choice("tokenizer.model_type", self.model_type, ("bpe", "unigram"))
-        _at_least("tokenizer.vocab_size", self.vocab_size, 260)
+        _at_least("tokenizer.vocab_size", self.vocab_size, MIN_VOCAB_SIZE)
         _at_least("tokenizer.sample_chars", self.sample_chars, 1000)
         _fraction("tokenizer.character_coverage", self.character_coverage)
         _at_least("tokenizer.train_threads", self.train_threads, 1)

@@ -171,6 +171,14 @@ def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
     _check_positive("--max-parallel", args.max_parallel, 1)
     _check_positive("--max-retries", args.max_retries, 0)
     spec = load_spec(args.spec, spec_overrides)
+    if spec.study is not None:
+        # expanding it would replace the study's sweep.yaml with the spec's one grid-less run
+        where = Path(args.sweep_dir) if args.sweep_dir else Path(args.spec).parent / "sweep"
+        raise LaunchError(
+            f"{args.spec}: the runs of this sweep are planned by study {spec.study!r} (`python -m launch demo`), "
+            f"not by a grid: rerun that command with its --out to go on; `python -m launch status {where}` "
+            f"shows its runs and `python -m launch run {where}` runs the ones left"
+        )
     plan = expand(args.spec, spec, args.train_cmd)
     if args.max_retries is not None:
         plan.executor.max_retries = args.max_retries

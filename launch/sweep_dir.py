@@ -23,19 +23,36 @@ def run_dir(sweep_dir: Path, run_id: str) -> Path:
     return sweep_dir / RUNS_DIR / run_id
 
 
-def check_base(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> str:
+SWEEP_REMEDY = (
+    "use a new --sweep-dir, restore the file, or pass --allow-base-change (finished runs are kept and not rerun)"
+)
+
+
+def check_base(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False, remedy: str = SWEEP_REMEDY) -> str:
     """The base config's text; refused when it differs from the snapshot the sweep's runs were
-    started with (a dry run checks this too, so it shows what the real command would do)."""
+    started with (a dry run checks this too, so it shows what the real command would do).
+    The refusal names the keys that differ (old -> new) and ends with ``remedy``."""
     source = Path(plan.base_config_source)
     snapshot = sweep_dir / BASE_SNAPSHOT
     text = source.read_text()
-    if snapshot.is_file() and yaml.safe_load(snapshot.read_text()) != yaml.safe_load(text) and not allow_base_change:
-        raise LaunchError(
-            f"{source} differs from the snapshot {snapshot} this sweep's runs were started with; "
-            "use a new --sweep-dir, restore the file, or pass --allow-base-change "
-            "(finished runs are kept and not rerun)"
-        )
+    if snapshot.is_file() and not allow_base_change:
+        old, new = yaml.safe_load(snapshot.read_text()), yaml.safe_load(text)
+        if old != new:
+            raise LaunchError(
+                f"{source} differs from the snapshot {snapshot} this sweep's runs were started with "
+                f"({'; '.join(base_differences(old, new))}); {remedy}"
+            )
     return text
+
+
+def base_differences(old: object, new: object) -> list[str]:
+    """``key: old -> new`` for each dotted key whose value differs between two parsed configs."""
+    from runconfig import flatten
+
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [f"{old!r} -> {new!r}"]
+    a, b = flatten(old), flatten(new)
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> None:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -53,6 +53,9 @@ class SweepSpec:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     train_cmd: Any = None  # list or string; default: $DEPTHMUP_TRAIN_CMD, else python train_gpt.py
+    # set by `launch demo` in the spec it writes (the study's name): that sweep's runs are the
+    # study planner's, so `launch sweep` refuses the spec (`launch run`/`status` take the sweep dir)
+    study: Optional[str] = None
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:

@@ -31,13 +31,15 @@ def analyse(sweep_dir: Path, report_dir: Path, s: Study, goal_context: list[str]
                 sweep_dir,
                 report_dir,
                 shared_base=s.presets[0],
+                depths=list(s.depths),  # the sweep may hold runs at depths or presets the study file
+                presets=list(s.presets),  # no longer lists (study.sweep keeps them): not analysed
                 fit_window=s.fit_window,
                 seed_model=s.seed_model,
                 n_boot=s.bootstrap,
                 goals=s.goals or None,
                 goal_context=goal_context,
-            )  # the same call as `python -m eval transfer SWEEP --shared-base P --fit-window W --seed-model M
-            # --bootstrap B --goals ...`; the planner's sequential phase analyses with the same settings
+            )  # the same call as `python -m eval transfer SWEEP --shared-base P --depths ... --presets ...
+            # --fit-window W --seed-model M --bootstrap B --goals ...`; the planner's sequential phase analyses with the same settings
     except (ResultsError, AnalysisInputError) as exc:
         raise LaunchError(f"eval transfer: {exc}") from None
     failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""

@@ -65,6 +65,16 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
+    built = data_dir / "manifest.json"
+    if manifest is None and built.is_file():
+        # data_prep would rebuild out/data in place at the new vocabulary, under runs that trained
+        # on the old one; those runs would then be reported as the new study's
+        vocab = json.loads(built.read_text()).get("tokenizer", {}).get("vocab_size")
+        if vocab is not None and vocab != s.vocab_size:
+            raise CorpusError(
+                f"{built}: {out} holds a study trained at vocab_size {vocab}, but study {s.name!r} asks for "
+                f"{s.vocab_size}; give another --out for the new vocabulary, or restore vocab_size"
+            )
     if manifest is None:
         from data_prep.api import build_from_texts
 

@@ -37,6 +37,7 @@ def write_sweep_spec(out: Path, s: Study, data_dir: Path, workers: int, executor
     spec_path = out / "demo_sweep.yaml"
     spec = {
         "name": s.name,
+        "study": s.name,  # its runs are the planner's: `launch sweep` refuses this spec
         "base_config": base_path.name,
         "executor": {
             "kind": executor,
@@ -102,5 +103,10 @@ def run_demo(
     print(md)
     print(f"report: {report_dir / 'report.html'}  figures: {report_dir}")
     if not s.claims:
-        print("(--quick is a smoke test of the pipeline: its numbers support no conclusion)")
+        print(no_claims_note(s))
     return ExitCode.OK
+
+
+def no_claims_note(s: Study) -> str:
+    """The last line of a study whose file says ``claims: false`` (``--quick``, or a user's own)."""
+    return f"(study {s.name!r} has claims: false: a smoke test of the pipeline, its numbers support no conclusion)"

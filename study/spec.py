@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
+from data_prep.config import MIN_VOCAB_SIZE
 from eval.seed_model import SEED_MODELS
 from launch.errors import LaunchError
 from study.corpus import DEFAULT_CORPUS
@@ -159,8 +160,31 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
+    study = replace(study, presets=_presets(path, study.presets))
     _check(path, study)
     return study
+
+
+def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
+    """The presets by their canonical names (``completep`` -> ``ode``, as a run config stores
+    them); an unknown one is refused here, before anything trains (it used to fail only when
+    the planner reached the first depth past the shared base, after the base had trained)."""
+    from patches.presets import canonical_preset
+
+    try:
+        canonical = tuple(canonical_preset(p) for p in presets)
+    except ValueError as exc:
+        raise LaunchError(f"{path}: presets: {str(exc).split(': ', 1)[1]}") from None
+    if len(set(canonical)) != len(canonical):
+        raise LaunchError(f"{path}: presets: listed twice in {list(presets)} (as {list(canonical)})")
+    return canonical
+
+
+def scan_runs(s: Study) -> int:
+    """The fewest runs the scan phase trains per variant: the base grid at L0 (shared by every
+    preset) and ``window`` LRs per preset at each deeper depth. The scan, refine and seed phases
+    run whatever the budget (it caps the sequential phase), so a budget below this is a mistake."""
+    return len(s.base_lrs_log2) + len(s.presets) * (len(s.depths) - 1) * s.window
 
 
 def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
@@ -257,6 +281,13 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: budget_runs: a study with goals needs a run budget >= 1, got {s.budget_runs}")
     if s.budget_runs < 0:
         raise LaunchError(f"{path}: budget_runs: must be >= 0, got {s.budget_runs}")
+    if s.goals and s.budget_runs < scan_runs(s):
+        raise LaunchError(
+            f"{path}: budget_runs: {s.budget_runs} is fewer than the scan alone trains per variant "
+            f"({scan_runs(s)}: {len(s.base_lrs_log2)} LRs at L0 + {s.window} LRs x {len(s.presets)} presets x "
+            f"{len(s.depths) - 1} deeper depths); the scan, refine and seed phases run whatever the budget, "
+            f"which caps only the sequential phase: give at least {scan_runs(s)}"
+        )
     if s.seed_step < 1 or s.bootstrap < 1:
         raise LaunchError(f"{path}: seed_step and bootstrap must be >= 1, got {s.seed_step} and {s.bootstrap}")
     if s.run_overhead_layers < 0:
@@ -267,6 +298,11 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0")
     if not 0 <= s.warmup < s.steps:
         raise LaunchError(f"{path}: warmup: must be in [0, steps={s.steps}), got {s.warmup}")
+    if s.vocab_size < MIN_VOCAB_SIZE:
+        raise LaunchError(
+            f"{path}: vocab_size: must be >= {MIN_VOCAB_SIZE} (the smallest tokenizer data_prep trains), "
+            f"got {s.vocab_size}"
+        )
     if s.hidden_size % s.heads:
         raise LaunchError(f"{path}: hidden_size {s.hidden_size} is not divisible by heads {s.heads}")
     _check_gpu_keys(path, s)

@@ -45,7 +45,7 @@ class AdaptiveSweep:
     """
 
     def __init__(self, sweep_dir: Path, spec_path: Path, s: Study, workers: int) -> None:
-        from launch.sweep_dir import read_plan
+        from launch.sweep_dir import check_base, read_plan
         from launch.sweep_spec import load_spec
 
         self.sweep_dir = sweep_dir
@@ -73,14 +73,35 @@ class AdaptiveSweep:
             )
             if moved_from != base.parent:
                 self._moved(moved_from, base.parent, base)
+            # every run shares the base config: a study file that changed it (a width, the steps,
+            # the vocabulary) no longer describes these runs, even where it adds no new point
+            check_base(
+                sweep_dir,
+                self.plan,
+                remedy=f"study {s.name!r} no longer describes the runs in {sweep_dir} (a key every run shares "
+                "changed): give another --out for the new study, or restore the study file",
+            )
+            outside: dict[str, list[int]] = {}  # preset -> depths of runs the study no longer has
             for run in self.plan.runs:
-                self.points[self.point_of(run.point)] = run.run_id
+                point = self.point_of(run.point)
+                if point.depth in s.depths and point.preset in s.presets:
+                    self.points[point] = run.run_id
+                else:
+                    outside.setdefault(point.preset, []).append(point.depth)
+            if outside:
+                # the study file dropped a depth or a preset: its runs are kept (a later edit back
+                # reuses them) but are not this study's: not run, not counted, not analysed
+                where = ", ".join(f"{p} L={sorted(set(d))}" for p, d in sorted(outside.items()))
+                _log(
+                    f"{sum(map(len, outside.values()))} runs in {sweep_dir} are outside study {s.name!r} "
+                    f"(depths {list(s.depths)}, presets {list(s.presets)}): {where}; kept, not counted or analysed"
+                )
 
     def _moved(self, old: Path, new: Path, base: Path) -> None:
         """The study directory was moved (or copied) from ``old`` to ``new``: the base config
         snapshot names the old place's data. Where that is its only difference from the base
         config written here, the snapshot is rewritten to the new place (the runs are the same
-        runs); any other difference is left for :func:`launch.sweep_dir.write_plan` to refuse."""
+        runs); any other difference is refused next (:func:`launch.sweep_dir.check_base`)."""
         from launch.sweep_plan import BASE_SNAPSHOT
 
         snapshot = self.sweep_dir / BASE_SNAPSHOT
@@ -97,7 +118,7 @@ class AdaptiveSweep:
             (name for name, vals in self.variant_values.items() if all(values.get(k) == v for k, v in vals.items())),
             None,
         )
-        if variant is None:
+        if variant is None or not {"parametrization.preset", "model.num_layers", "optimizer.lr"} <= set(values):
             raise LaunchError(
                 f"{self.sweep_dir / 'sweep.yaml'}: run {values} matches no variant of study {self.s.name!r} "
                 f"({self.variant_values}); was the sweep directory made by another study?"
@@ -178,7 +199,9 @@ class AdaptiveSweep:
         work, so planning goes on past them until some run needs work or nothing is added."""
         while True:
             added = self._advance()
-            ids = [r.run_id for r in (self.plan.runs if self.plan else []) if self._state(r.run_id).needs_work]
+            mine = set(self.points.values())
+            runs = self.plan.runs if self.plan else []
+            ids = [r.run_id for r in runs if r.run_id in mine and self._state(r.run_id).needs_work]
             if ids or not added:
                 return ids
 

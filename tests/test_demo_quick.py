@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -177,6 +178,11 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "goals: {speed: 1}": "goals.speed: unknown goal",
         "goals: {slope_ci_halfwidth: 0.1}": "budget_runs: a study with goals needs a run budget >= 1",
         "budget_runs: -3": "budget_runs: must be >= 0",
+        # each of these used to pass here and fail later: a traceback from data_prep, or the
+        # shared base trained before the sweep refused the preset
+        "presets: [sp, depth_mupp]": "presets: unknown preset 'depth_mupp'; choose from",
+        "presets: [ode, completep]": "presets: listed twice in ['ode', 'completep'] (as ['ode', 'ode'])",
+        "vocab_size: 256": "vocab_size: must be >= 260 (the smallest tokenizer data_prep trains), got 256",
     }
     for line, message in cases.items():
         key = line.split(":")[0]
@@ -188,6 +194,21 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         assert str(path) in str(err.value)
     with pytest.raises(LaunchError, match="no file"):
         load_study("nope")
+    # a budget below what the scan alone trains (it ran them all and called the budget spent)
+    goals = text + "goals: {slope_ci_halfwidth: 0.5}\n"
+    (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 5\n")  # quick: 2 LRs at L0 + 2 x 2 presets x 1 depth
+    with pytest.raises(LaunchError) as err:
+        load_study(str(tmp_path / "budget.yaml"))
+    assert f"{tmp_path / 'budget.yaml'}: budget_runs: 5 is fewer than the scan alone trains per variant (6: " in str(
+        err.value
+    )
+    assert load_study(str(tmp_path / "budget.yaml"), depths=(2,)).budget_runs == 5  # one depth: a scan of 2 runs
+    (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 6\n")
+    assert load_study(str(tmp_path / "budget.yaml")).budget_runs == 6
+    with pytest.raises(LaunchError, match="budget_runs: 6 is fewer than the scan alone trains per variant \\(10: "):
+        load_study(str(tmp_path / "budget.yaml"), depths=(2, 4, 8))  # --depths: the scan grows
+    (tmp_path / "alias.yaml").write_text(text.replace("presets: [sp, depth_mup]", "presets: [sp, completep]"))
+    assert load_study(str(tmp_path / "alias.yaml")).presets == ("sp", "ode")  # as a run config stores it
     fig10 = load_study("fig10", seeds=5)
     assert fig10.seeds == 5 and set(fig10.variants) == {"standard", "linear1_abs"}
     assert fig10.variant_keys() == ["model.block", "model.linear1_phi"] and default.variants == {"": {}}
@@ -277,3 +298,54 @@ def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, mon
     err = capsys.readouterr().err
     assert f"error: building {tmp_path / 'out' / 'data'} from corpus 'kjv': nothing could be read" in err
     assert not (tmp_path / "out" / "sweep").exists()
+
+
+def test_a_vocab_size_changed_between_two_parts_of_a_study_is_refused(tmp_path, monkeypatch, capsys):
+    """The study file's vocab_size edited between two parts (the same --out): data_prep rebuilt
+    out/data in place at the new vocabulary, and the study reused every run trained on the old
+    one (the base config names only the data's folder), reporting them as 'BPE 1024'. It is
+    refused before data_prep runs, exit 2 naming the manifest and both sizes."""
+    import data_prep.api
+    import study.data
+    from study.demo import run_demo
+    from study.spec import load_study
+
+    def build(*args, **kwargs):
+        raise AssertionError("data_prep must not rebuild the study's data")
+
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "corpus.name").write_text("kjv\n")
+    (out / "corpus").mkdir()
+    (out / "corpus" / "kjv.jsonl").write_text('{"text": "In the beginning"}\n')  # built here, not carried
+    (out / "data" / "manifest.json").write_text(json.dumps({"tokenizer": {"vocab_size": 512}}))
+    monkeypatch.setattr(study.data, "corpus_jsonl", lambda *a: tmp_path / "corpus.jsonl")
+    monkeypatch.setattr(data_prep.api, "build_from_texts", build)
+    quick = load_study("quick")
+    assert quick.vocab_size == 512
+    with pytest.raises(AssertionError, match="must not rebuild"):  # the same vocabulary: data_prep's to resume
+        run_demo(out, quick, 1)
+    assert run_demo(out, replace(quick, vocab_size=1024), 1) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'data' / 'manifest.json'}: {out} holds a study trained at vocab_size 512" in err
+    assert "but study 'demo_quick' asks for 1024; give another --out" in err
+    assert not (out / "sweep").exists()
+
+
+def test_a_study_without_claims_says_so_by_its_own_name(tmp_path):
+    """A user's study file with ``claims: false`` ended with '(--quick is a smoke test ...)',
+    naming a flag that was not given."""
+    from study.demo import no_claims_note
+    from study.spec import load_study
+
+    (tmp_path / "mine.yaml").write_text(load_study_text("quick").replace("name: demo_quick", "name: mine"))
+    assert no_claims_note(load_study(str(tmp_path / "mine.yaml"))) == (
+        "(study 'mine' has claims: false: a smoke test of the pipeline, its numbers support no conclusion)"
+    )
+    assert "'demo_quick'" in no_claims_note(load_study("quick"))
+
+
+def load_study_text(name: str) -> str:
+    from study.spec import study_path
+
+    return study_path(name).read_text()

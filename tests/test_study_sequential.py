@@ -175,6 +175,107 @@ def test_a_moved_study_directory_resumes_there(tmp_path, monkeypatch):
     snapshot = yaml.safe_load((b / "sweep" / "base_config.yaml").read_text())
     assert snapshot["data"]["cache_dir"] == str(b / "cache")
     write_plan(moved.sweep_dir, moved.plan)  # what adding points does: no refusal
-    changed = AdaptiveSweep(c / "sweep", write(c, **{"training.steps": 31}), s, workers=2)  # moved and changed
-    with pytest.raises(LaunchError, match="differs from the snapshot"):
-        write_plan(changed.sweep_dir, changed.plan)
+    with pytest.raises(LaunchError, match="differs from the snapshot"):  # moved and changed
+        AdaptiveSweep(c / "sweep", write(c, **{"training.steps": 31}), s, workers=2)
+
+
+def test_a_study_file_that_changed_the_run_shape_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """The study file's width edited between two parts of a study (the same --out): the runs
+    in the directory were trained, or are queued, at the old width. The study used to go on
+    without a word where the planner added no point (only adding points checked the base
+    config): it ran the queued runs at the old width and reported them under the new one.
+    It is refused when the sweep is opened, naming the keys that changed and what to do."""
+    from launch.errors import LaunchError
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    s = _study(depths=(2, 4), base_seeds=3)
+
+    def write(width: int) -> Path:
+        base = yaml.safe_load(TINY_BASE.read_text())
+        base["model"]["hidden_size"] = base["parametrization"]["base_hidden_size"] = width
+        (tmp_path / "demo_base.yaml").write_text(yaml.safe_dump(base))
+        spec = {"name": "shape", "base_config": "demo_base.yaml", "executor": {"kind": "local", "max_parallel": 2}}
+        (tmp_path / "demo_sweep.yaml").write_text(yaml.safe_dump(spec))
+        return tmp_path / "demo_sweep.yaml"
+
+    first = AdaptiveSweep(tmp_path / "sweep", write(64), s, workers=2)
+    queued = first._advance()
+    assert len(queued) == 5  # the base grid, queued; the planner adds nothing more until they finish
+    assert AdaptiveSweep(tmp_path / "sweep", write(64), s, workers=2).points == first.points  # the same study
+    with pytest.raises(LaunchError) as err:
+        AdaptiveSweep(tmp_path / "sweep", write(96), s, workers=2)
+    message = str(err.value)
+    assert "model.hidden_size: 64 -> 96" in message and "parametrization.base_hidden_size: 64 -> 96" in message
+    assert "give another --out" in message and "--allow-base-change" not in message  # not a flag of launch demo
+    assert yaml.safe_load((tmp_path / "sweep" / "base_config.yaml").read_text())["model"]["hidden_size"] == 64
+
+
+def test_a_depth_dropped_from_the_study_file_keeps_its_runs_out_of_the_study(tmp_path, monkeypatch):
+    """depths [2, 4, 8] run, then the study file says [2, 8] on the same --out: the L=4 runs
+    stay on disk but are not the study's. They used to be counted against its budget, analysed
+    (the slope and the goals rested on L=4 while the summary's table left it out), and an
+    unfinished one was trained."""
+    from launch.status import collect_states, write_results
+    from study.analysis import analyse
+
+    s = _study(depths=(2, 4, 8), base_seeds=3, refine_log2=0.0, max_widen=0)
+    sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
+    at4 = {p: rid for p, rid in sweep.points.items() if p.depth == 4}
+    assert len(at4) >= 6
+    unfinished = next(iter(at4.values()))
+    (tmp_path / "sweep" / "runs" / unfinished / "summary.json").unlink()  # as if cut before it finished
+
+    dropped = replace(s, depths=(2, 8))
+    again = AdaptiveSweep(tmp_path / "sweep", tmp_path / "demo_sweep.yaml", dropped, workers=4)
+    assert {p.depth for p in again.points} == {2, 8}
+    assert again.points == {p: rid for p, rid in sweep.points.items() if p.depth != 4}
+    assert unfinished not in again._work()  # not trained for a study that no longer has L=4
+    assert {p.depth for p in again.results()} == {2, 8}
+
+    write_results(again.sweep_dir, again.plan, collect_states(again.sweep_dir, again.plan))
+    analyse(again.sweep_dir, tmp_path / "report", dropped)
+    report = json.loads((tmp_path / "report" / "transfer.json").read_text())
+    analysed = {d["depth"] for r in report["results"] for d in r["depths"]}
+    assert analysed == {2, 8}
+    assert "only depths [2, 8] of [2, 4, 8] analysed (--depths)" in [w["message"] for w in report["warnings"]]
+
+
+def test_launch_sweep_refuses_a_studys_spec_and_leaves_its_plan_alone(tmp_path, monkeypatch, capsys):
+    """``launch sweep OUT/demo_sweep.yaml --sweep-dir OUT/sweep`` (the spec a study writes) used
+    to expand its empty grid into one new run, replace the study's sweep.yaml with it (every
+    study run an orphan, a duplicate of the base run trained) and exit 0; ``--dry-run`` showed
+    that as fine, and the next ``launch demo`` died with a KeyError traceback. The spec now says
+    it is a study's and ``launch sweep`` refuses it (exit 2); a study directory whose sweep.yaml
+    holds a run that is no study point is refused by name."""
+    from launch.__main__ import main
+    from launch.errors import LaunchError
+    from study.demo import write_sweep_spec
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    s = _study(depths=(2, 4), base_seeds=3)
+    written = write_sweep_spec(tmp_path, s, tmp_path / "data", 2, "local", None)
+    assert yaml.safe_load(written.read_text())["study"] == "demo_quick"
+
+    spec = tmp_path / "demo_sweep.yaml"
+    executor = {"kind": "local", "max_parallel": 2}
+    spec.write_text(yaml.safe_dump({"name": "st", "study": "st", "base_config": str(TINY_BASE), "executor": executor}))
+    sweep = AdaptiveSweep(tmp_path / "sweep", spec, s, workers=2)
+    assert len(sweep._advance()) == 5
+    before = (tmp_path / "sweep" / "sweep.yaml").read_text()
+    for extra in (["--dry-run"], []):
+        assert main(["sweep", str(spec), "--sweep-dir", str(tmp_path / "sweep"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "the runs of this sweep are planned by study 'st'" in err
+        assert f"python -m launch status {tmp_path / 'sweep'}" in err
+    assert (tmp_path / "sweep" / "sweep.yaml").read_text() == before
+    assert not (tmp_path / "sweep" / "runs").exists() or not any((tmp_path / "sweep" / "runs").iterdir())
+
+    plain = tmp_path / "plain.yaml"  # a spec without the mark (a study's from before it), run anyway
+    plain.write_text(yaml.safe_dump({"name": "st", "base_config": str(TINY_BASE), "executor": executor}))
+    assert main(["sweep", str(plain), "--sweep-dir", str(tmp_path / "sweep"), "--dry-run"]) == 0
+    from launch.sweep_dir import write_plan
+    from launch.sweep_spec import expand, load_spec
+
+    write_plan(tmp_path / "sweep", expand(plain, load_spec(plain)))
+    with pytest.raises(LaunchError, match="matches no variant of study 'demo_quick'"):
+        AdaptiveSweep(tmp_path / "sweep", spec, s, workers=2)
