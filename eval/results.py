@@ -299,6 +299,8 @@ def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
     missing = sorted(set(depths) - set(swept))
     if missing:
         raise ResultsError(f"{sweep.path}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
+    if set(swept) <= set(depths):
+        return sweep  # nothing left out (a study passes its own depths): nothing to note
     rows = sweep.rows[sweep.rows["depth"].isin(depths)].reset_index(drop=True)
     note = f"only depths {sorted(depths)} of {swept} analysed (--depths)"
     return SweepResults(sweep.path, rows, sweep.extra_keys, [*sweep.warnings, note])

@@ -878,3 +878,16 @@ def test_an_end_next_to_an_lr_without_a_usable_loss_that_did_not_diverge_is_open
     ) in notes_text(analysis)
     check = check_goals(analysis, {"deepest_opt_ci_width": 5.0})[0]
     assert check.within_target and not check.met and check.open == ("L=16 high",)
+
+
+def test_keep_depths_notes_only_what_it_leaves_out(tmp_path):
+    """--depths (and a study passing its own depths) says "only depths ... analysed" only when
+    a swept depth is left out; listing every swept depth keeps the sweep as it is, unnoted."""
+    from eval.results import keep_depths
+
+    sweep = read_results(write_sweep(tmp_path / "sweep", make_rows(seeds=(0,))))
+    every = keep_depths(sweep, list(DEPTHS))
+    assert every is sweep and not any("only depths" in w for w in every.warnings)
+    short = keep_depths(sweep, list(DEPTHS[:-1]))
+    assert f"only depths {list(DEPTHS[:-1])} of {list(DEPTHS)} analysed (--depths)" in short.warnings
+    assert sorted(short.rows["depth"].unique()) == list(DEPTHS[:-1])
