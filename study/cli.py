@@ -11,7 +11,7 @@ import yaml
 
 from launch.errors import LaunchError
 from rundir.contract import ExitCode
-from study.corpus import CORPORA, DEFAULT_CORPUS
+from study.corpus import CORPORA, DEFAULT_CORPUS, corpus_label
 from study.demo import run_demo
 from study.log import log as _log
 from study.spec import available, load_study
@@ -49,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only these of the study's variants (e.g. fig10's linear1_abs); the run budget is per variant",
     )  # fmt: skip
     parser.add_argument(
-        "--corpus", default=None, choices=sorted(CORPORA),
-        help="the text the runs train on: a row of data_prep.registry_corpora (default: the study file's corpus key, "
-        f"{DEFAULT_CORPUS} where it has none)",
+        "--corpus", default=None,
+        help=f"the text the runs train on: a registry corpus ({', '.join(sorted(CORPORA))}), or a path to your own: "
+        "a JSONL file of {\"text\": ...} records (data_prep prepares it) or a folder data_prep wrote "
+        f"(default: the study file's corpus key, {DEFAULT_CORPUS} where it has none)",
     )  # fmt: skip
     parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>, plus _<corpus> off kjv)")
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
@@ -81,7 +82,7 @@ def main(args: argparse.Namespace) -> ExitCode:
     workers = args.workers or os.cpu_count() or 1
     if workers < 1:
         raise LaunchError("--workers: must be >= 1")
-    suffix = "" if s.corpus == DEFAULT_CORPUS else f"_{s.corpus}"
+    suffix = "" if s.corpus == DEFAULT_CORPUS else f"_{corpus_label(s.corpus)}"
     out = Path(args.out or Path("demo_out") / f"{s.name}{suffix}")
     slurm = None
     if args.slurm_config:

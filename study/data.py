@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jobscripts.atomic import atomic_write_text
-from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl
+from study.corpus import DEFAULT_CORPUS, MANIFEST, CorpusError, corpus_jsonl, is_registry
 from study.log import log as _log
 from study.spec import Study
 
@@ -46,13 +46,50 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
 
 def prepare_data(out: Path, s: Study, workers: int) -> Path:
     """Corpus (the study's ``corpus`` key) -> data_prep (JSONL path) -> manifest; both steps
-    skip work already done.
+    skip work already done. A folder data_prep wrote (the user's prepared data) is trained on
+    where it is, after its vocabulary is checked.
 
     ``out/corpus.name`` records which corpus ``out/data`` was built from: a rerun into the
     same directory with another corpus is refused (CorpusError) instead of mixing them. Data
     carried from another machine without the marker is accepted when its manifest names the
     study's corpus and vocabulary (``carried_manifest``).
     """
+    if is_registry(s.corpus) or Path(s.corpus).is_file():
+        data_dir, manifest = out / "data", _build(out, s, workers)
+    else:
+        data_dir, manifest = Path(s.corpus), _prepared(s)
+    _log(
+        f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
+        f"({manifest['train']['documents']} / {manifest['valid']['documents']} documents of {s.corpus}), "
+        f"vocab {s.vocab_size}"
+    )
+    tokens = s.steps * s.batch * s.seq_length
+    _log(
+        f"each run trains on {tokens:,} tokens: {tokens / manifest['train']['tokens']:.2f} passes over the train split"
+    )
+    return data_dir
+
+
+def _prepared(s: Study) -> dict[str, Any]:
+    """The manifest of a folder data_prep wrote, which the study trains on as it is: its
+    tokenizer must have the study's vocabulary (the runs' embedding size)."""
+    path = Path(s.corpus) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+        vocab = manifest["tokenizer"]["vocab_size"]
+        manifest["train"]["tokens"], manifest["valid"]["tokens"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorpusError(f"{path}: not a complete data_prep manifest ({type(exc).__name__}: {exc})") from None
+    if vocab != s.vocab_size:
+        raise CorpusError(
+            f"{path}: its tokenizer has {vocab} tokens, but study {s.name!r} has vocab_size {s.vocab_size}; "
+            f"set vocab_size: {vocab} in the study file (prepared data keeps its tokenizer)"
+        )
+    return manifest
+
+
+def _build(out: Path, s: Study, workers: int) -> dict[str, Any]:
+    """``out/data`` from a registry corpus or the user's JSONL, through data_prep (skipping what is done)."""
     marker = out / "corpus.name"
     recorded = marker.read_text().strip() if marker.is_file() else None
     if recorded is not None and recorded != s.corpus:
@@ -78,19 +115,13 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     if manifest is None:
         from data_prep.api import build_from_texts
 
-        cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
-        corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", s.corpus)
+        if is_registry(s.corpus):
+            cache = Path(os.environ.get("DEPTHMUP_CACHE", Path.home() / ".cache" / "depthmup"))
+            corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", s.corpus)
+        else:
+            corpus = Path(s.corpus)  # the user's JSONL, read where it is
         manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
-    _log(
-        f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
-        f"({manifest['train']['documents']} / {manifest['valid']['documents']} documents of {s.corpus}), "
-        f"vocab {s.vocab_size}"
-    )
-    tokens = s.steps * s.batch * s.seq_length
-    _log(
-        f"each run trains on {tokens:,} tokens: {tokens / manifest['train']['tokens']:.2f} passes over the train split"
-    )
-    return data_dir
+    return manifest
 
 
 def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
@@ -100,8 +131,8 @@ def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
     Only when ``out/corpus/<corpus>.jsonl`` is absent; the manifest must then be complete and
     of the study's vocabulary and corpus (checked), or the study stops naming what differs.
     """
-    if (out / "corpus" / f"{s.corpus}.jsonl").is_file():
-        return None
+    if not is_registry(s.corpus) or (out / "corpus" / f"{s.corpus}.jsonl").is_file():
+        return None  # the user's JSONL is read where it is: nothing is carried without it
     path = out / "data" / "manifest.json"
     if not path.is_file():
         return None

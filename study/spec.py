@@ -59,7 +59,8 @@ class Study:
     seed_model: str = "independent"
     # optional, for studies on GPUs (the defaults are the CPU study's, so older study files and
     # their run configs are unchanged): the device and precision of every run, the corpus (a
-    # row of data_prep.registry_corpora), the micro-batch (0: batch, no accumulation), the runs
+    # row of data_prep.registry_corpora, or a path to the user's JSONL or data_prep output:
+    # study.corpus; stored resolved), the micro-batch (0: batch, no accumulation), the runs
     # sharing one GPU (executor.runs_per_gpu) and checkpoint.interval (0: max(50, steps // 4);
     # >= steps: no periodic checkpoint, only the one a preempted run writes)
     device: str = "cpu"
@@ -160,7 +161,7 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
-    study = replace(study, presets=_presets(path, study.presets))
+    study = replace(study, presets=_presets(path, study.presets), corpus=_corpus(path, study.corpus, overrides))
     _check(path, study)
     return study
 
@@ -178,6 +179,18 @@ def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
     if len(set(canonical)) != len(canonical):
         raise LaunchError(f"{path}: presets: listed twice in {list(presets)} (as {list(canonical)})")
     return canonical
+
+
+def _corpus(path: Path, corpus: str, overrides: dict[str, Any]) -> str:
+    """The registry name, or the absolute path of the user's corpus: a path in the study file
+    is relative to the file's folder, one given as ``--corpus`` to the current directory."""
+    from study.corpus import CorpusError, resolve_corpus
+
+    given = overrides.get("corpus") is not None
+    try:
+        return resolve_corpus(corpus, Path.cwd() if given else path.parent)
+    except CorpusError as exc:
+        raise LaunchError(f"--corpus: {exc}" if given else f"{path}: corpus: {exc}") from None
 
 
 def scan_runs(s: Study) -> int:
@@ -309,16 +322,12 @@ def _check(path: Path, s: Study) -> None:
 
 
 def _check_gpu_keys(path: Path, s: Study) -> None:
-    from data_prep.registry_corpora import CORPORA
-
     if s.device not in DEVICES:
         raise LaunchError(f"{path}: device: must be one of {list(DEVICES)}, got {s.device!r}")
     if s.precision not in PRECISIONS:
         raise LaunchError(f"{path}: precision: must be one of {list(PRECISIONS)}, got {s.precision!r}")
     if s.precision == "bf16" and s.device != "cuda":
         raise LaunchError(f"{path}: precision: bf16 needs device: cuda (the CPU path trains in fp32)")
-    if s.corpus not in CORPORA:
-        raise LaunchError(f"{path}: corpus: unknown corpus {s.corpus!r}; the corpora are {sorted(CORPORA)}")
     if s.micro_batch < 0 or (s.micro_batch and s.batch % s.micro_batch):
         raise LaunchError(f"{path}: micro_batch: must be 0 (= batch) or divide batch {s.batch}, got {s.micro_batch}")
     if s.runs_per_gpu < 1:

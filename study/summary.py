@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from study.corpus import DEFAULT_CORPUS, attribution
+from study.corpus import DEFAULT_CORPUS, corpus_attribution, corpus_label
 from study.planner import DIVERGED, Outcome, Point, Stop
 from study.spec import Study
 from study.sweep import AdaptiveSweep
@@ -106,7 +106,7 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
     depths = s.depths
     corpus = h.get("corpus", DEFAULT_CORPUS)
     lines = [
-        f"Depth transfer at {'GPU' if s.device == 'cuda' else 'CPU'} scale ({s.name} on {corpus}: width {s.hidden_size}, {s.heads} heads, sequence "
+        f"Depth transfer at {'GPU' if s.device == 'cuda' else 'CPU'} scale ({s.name} on {corpus_label(corpus)}: width {s.hidden_size}, {s.heads} heads, sequence "
         f"{s.seq_length}, batch {s.batch}, {s.steps} AdamW steps, warmup + cosine, BPE {s.vocab_size}; "
         f"{minutes:.1f} min wall in this invocation).",
         "",
@@ -161,5 +161,5 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
                 "Regret —: not measured there; the report's warnings say why (usually the base depth's optimal LR lies "
                 "outside the LRs tried at that depth; `eval transfer --target-depth` extrapolates it)."
             )
-    lines.append(f"Corpus: {attribution(corpus)}.")
+    lines.append(f"Corpus: {corpus_attribution(corpus)}.")
     return "\n".join(lines) + "\n"

@@ -135,6 +135,7 @@ def test_corpus_flag_and_a_second_corpus_in_the_same_out_dir_is_refused(tmp_path
     refused before anything is built."""
     import argparse
 
+    from launch.errors import LaunchError
     from study.cli import add_arguments
     from study.corpus import CorpusError
     from study.data import prepare_data
@@ -146,8 +147,8 @@ def test_corpus_flag_and_a_second_corpus_in_the_same_out_dir_is_refused(tmp_path
     assert parser.parse_args([]).corpus is None and parser.parse_args(["--corpus", "sotu"]).corpus == "sotu"
     assert load_study("quick").corpus == "kjv" and load_study("quick", corpus="sotu").corpus == "sotu"
     assert load_study("quick", corpus=None).corpus == "kjv"  # no flag: the study file's key
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--corpus", "nope"])
+    with pytest.raises(LaunchError, match=r"--corpus: 'nope' is neither a registry corpus \(.*kjv.*\) nor an existing"):
+        load_study("quick", corpus="nope")
     (tmp_path / "corpus.name").write_text("sotu\n")
     with pytest.raises(CorpusError, match="holds a study on corpus 'sotu'"):
         prepare_data(tmp_path, load_study("quick"), 1)
@@ -349,3 +350,50 @@ def load_study_text(name: str) -> str:
     from study.spec import study_path
 
     return study_path(name).read_text()
+
+
+def test_a_study_on_the_users_own_jsonl_and_on_their_prepared_data(tmp_path, monkeypatch):
+    """``corpus:`` may name the user's JSONL (relative to the study file) or a folder data_prep
+    wrote: the JSONL goes through data_prep into OUT/data like a registry corpus and is named
+    in the summary; the prepared folder is trained on where it is, once its vocabulary is the
+    study's; a folder data_prep did not write, or a missing path, is refused naming the key."""
+    from pydoc_data.topics import topics
+
+    from launch.errors import LaunchError
+    from study.corpus import CorpusError
+    from study.data import base_config, prepare_data
+    from study.spec import load_study, study_path
+    from study.summary import render_markdown
+
+    monkeypatch.chdir(tmp_path)  # relative paths in the file are the file's, not the current directory's
+    mine = tmp_path / "studies"
+    mine.mkdir()
+    docs = [t for t in topics.values() if len(t) > 500]
+    (mine / "notes.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    text = study_path("quick").read_text().replace("name: demo_quick", "name: mine")
+    (mine / "mine.yaml").write_text(text + "corpus: notes.jsonl\n")
+    s = load_study(str(mine / "mine.yaml"))
+    assert s.corpus == str(mine / "notes.jsonl")
+
+    out = tmp_path / "out"
+    data = prepare_data(out, s, 1)
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert data == out / "data" and manifest["config"]["input"]["paths"] == [str(mine / "notes.jsonl")]
+    assert manifest["tokenizer"]["vocab_size"] == 512 and manifest["train"]["documents"] > 0
+    assert (out / "corpus.name").read_text().strip() == s.corpus
+    md = render_markdown({"presets": {}, "corpus": s.corpus}, s, 1.0)
+    assert "(mine on notes:" in md and f"Corpus: the user's JSONL text at {s.corpus}" in md
+
+    # the same data, prepared: the study trains on the folder as it is
+    (mine / "mine.yaml").write_text(text + f"corpus: {data}\n")
+    prepared = load_study(str(mine / "mine.yaml"))
+    assert prepare_data(tmp_path / "out2", prepared, 1) == data and not (tmp_path / "out2" / "data").exists()
+    assert base_config(prepared, data)["data"]["manifest"] == str(data)
+    (mine / "mine.yaml").write_text(text.replace("vocab_size: 512", "vocab_size: 1024") + f"corpus: {data}\n")
+    with pytest.raises(CorpusError, match="its tokenizer has 512 tokens, but study 'mine' has vocab_size 1024"):
+        prepare_data(tmp_path / "out3", load_study(str(mine / "mine.yaml")), 1)
+
+    for corpus, message in ((str(mine), "no manifest.json"), ("gone.jsonl", "nor an existing file or folder")):
+        (mine / "mine.yaml").write_text(text + f"corpus: {corpus}\n")
+        with pytest.raises(LaunchError, match=f"mine.yaml: corpus: .*{message}"):
+            load_study(str(mine / "mine.yaml"))
