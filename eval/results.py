@@ -96,6 +96,9 @@ def read_results(path: str | Path) -> SweepResults:
             raise ResultsError(f"{path / RESULTS_FILE}: file not found (no sweep directory {path})")
         path = path / RESULTS_FILE
     if not path.is_file():
+        inner = path.parent / "sweep" / RESULTS_FILE  # a study's --out holds its sweep there
+        if path.name == RESULTS_FILE and inner.is_file():
+            raise ResultsError(f"{path}: file not found; {inner} is there: give {inner.parent} (a study's sweep)")
         raise ResultsError(f"{path}: file not found (run `python -m launch status SWEEP_DIR` to write it)")
     try:
         text = path.read_text()

@@ -477,6 +477,25 @@ def _ids(ids: list[str]) -> str:
     return shown + (f", ... {len(ids) - _MAX_IDS_SHOWN} more" if len(ids) > _MAX_IDS_SHOWN else "")
 
 
+def _shared_base_hint(family: Family, fraction: float, curveset: CurveSet, depth: int) -> str:
+    """Where another preset of the same family keys has runs at the missing base depth: the
+    option that uses them (a study trains the shared base depth once, under its first preset)."""
+    others = {k: v for k, v in family.keys if k != "preset"}
+    lenders = sorted(
+        f.preset
+        for f in curveset.families
+        if f.preset != family.preset
+        and {k: v for k, v in f.keys if k != "preset"} == others
+        and any(c.depth == depth for c in curveset.curves.get((f, fraction), []))
+    )
+    if not lenders:
+        return ""
+    return (
+        f"; {', '.join(lenders)} {'has' if len(lenders) == 1 else 'have'} runs at L={depth}: "
+        f"`--shared-base {lenders[0]}` uses them (at L = L0 every preset is the same model)"
+    )
+
+
 def _analyze_family_fraction(
     family: Family,
     fraction: float,
@@ -491,8 +510,11 @@ def _analyze_family_fraction(
     notes: list[Note] = []
     curves = curveset.curves[(family, fraction)]
     depths = [c.depth for c in curves]
-    base, source, base_note = choose_base_depth(depths, curveset.base_depths_recorded.get(family, []), base_override)
+    recorded = curveset.base_depths_recorded.get(family, [])
+    base, source, base_note = choose_base_depth(depths, recorded, base_override)
     if base_note and depths:
+        if base_override is None and len(recorded) == 1 and recorded[0] not in depths:
+            base_note += _shared_base_hint(family, fraction, curveset, recorded[0])
         notes.append(Note(where_ff, base_note))
     results = []
     for curve in curves:

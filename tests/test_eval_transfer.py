@@ -891,3 +891,22 @@ def test_keep_depths_notes_only_what_it_leaves_out(tmp_path):
     short = keep_depths(sweep, list(DEPTHS[:-1]))
     assert f"only depths {list(DEPTHS[:-1])} of {list(DEPTHS)} analysed (--depths)" in short.warnings
     assert sorted(short.rows["depth"].unique()) == list(DEPTHS[:-1])
+
+
+def test_a_preset_without_its_base_depth_is_pointed_at_the_shared_base(tmp_path):
+    """A study trains L0 once, under sp: without --shared-base, depth_mup falls back to its
+    smallest depth, and the warning names the option that uses sp's L0 runs."""
+    rows = [r for r in make_rows(seeds=(0,)) if r["parametrization.preset"] == "sp" or r["model.num_layers"] != L0]
+    text = notes_text(run_analysis(tmp_path, rows, n_boot=0))
+    smallest = sorted(DEPTHS)[1]
+    assert (
+        f"[depth_mup | end (f=1)] parametrization.base_num_layers={L0} was not swept (depths {sorted(DEPTHS)[1:]}); "
+        f"using the smallest depth L={smallest}; sp has runs at L={L0}: `--shared-base sp` uses them"
+    ) in text
+    assert "[sp | end (f=1)] parametrization.base_num_layers" not in text
+
+
+def test_a_study_out_dir_given_for_its_sweep_is_pointed_at_the_sweep(tmp_path):
+    write_sweep(tmp_path / "out" / "sweep", make_rows(seeds=(0,)))
+    with pytest.raises(ResultsError, match=r"out/results.csv: file not found; .*out/sweep/results.csv is there: give"):
+        read_results(tmp_path / "out")
