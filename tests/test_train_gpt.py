@@ -183,6 +183,33 @@ def test_a_signal_on_a_checkpoint_step_saves_that_step_once(tmp_path):
     assert summary(run)["steps"] == 3 and (run / "checkpoints" / "latest").read_text().strip() == "step_00000003"
 
 
+STARTUP_SIGNAL_DRIVER = r"""
+import os, runpy, signal, sys
+class SignalOnTorchImport:  # the signal lands while torch is being imported, as a Ctrl-C in the first seconds
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+        return None
+sys.meta_path.insert(0, SignalOnTorchImport())
+sys.argv = ["train_gpt.py", *sys.argv[1:]]
+runpy.run_path("train_gpt.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_imports_exits_75_with_one_line(tmp_path, sig):
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE]
+    out = subprocess.run([sys.executable, "-c", STARTUP_SIGNAL_DRIVER, *args], cwd=REPO, env={**env(), "SIG": sig},
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 75, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        f"train_gpt.py: interrupted by {sig} while starting, nothing trained: rerun to start (or resume)"
+    ]
+    assert not run.exists()
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
