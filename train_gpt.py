@@ -87,4 +87,10 @@ def main(argv: list[str] | None = None) -> ExitCode:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The run's ending is decided (and, past the config check, recorded in summary.json): a stop
+    # signal during the interpreter's exit, which runs with default handlers and takes over a
+    # second with torch loaded, must not turn a completed run's exit 0 into death by signal.
+    for sig in STARTUP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)

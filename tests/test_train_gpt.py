@@ -210,6 +210,27 @@ def test_a_signal_during_the_imports_exits_75_with_one_line(tmp_path, sig):
     assert not run.exists()
 
 
+TEARDOWN_SIGNAL_DRIVER = r"""
+import os, runpy, signal, sys, time
+class SignalInTeardown:  # deleted while the interpreter tears its modules down, after its exit code is set
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+keep = SignalInTeardown()
+sys.argv = ["train_gpt.py", *sys.argv[1:]]
+runpy.run_path("train_gpt.py", run_name="__main__")
+"""
+
+
+def test_a_signal_during_the_interpreter_exit_keeps_the_summary_exit_code(tmp_path):
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE, "training.steps=4", "eval.batches=1"]
+    out = subprocess.run([sys.executable, "-c", TEARDOWN_SIGNAL_DRIVER, *args], cwd=REPO, env=env(),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert (summary(run)["status"], summary(run)["exit_code"]) == ("completed", 0)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
