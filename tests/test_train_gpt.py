@@ -275,6 +275,8 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("training.global_batch_size=7", "training.global_batch_size"),
         ("data.mock=false", "data"),
         ("model.attention_backend=fast", "model.attention_backend: must be one of"),
+        # torch.optim refused these only once the run directory existed, naming no key
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, override, needle):
@@ -282,6 +284,27 @@ def test_invalid_config_names_the_key(tmp_path, override, needle):
     assert out.returncode == 2
     assert needle in out.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
+        ("optimizer.adam_beta1=-0.1", "optimizer.adam_beta1: must be in [0.0, 1.0), got -0.1"),
+        ("optimizer.adam_beta2=1.5", "optimizer.adam_beta2: must be in [0.0, 1.0), got 1.5"),
+        ("optimizer.adam_beta2=nan", "optimizer.adam_beta2: must be in [0.0, 1.0), got nan"),
+        ("optimizer.sgd_momentum=-0.5", "optimizer.sgd_momentum: must be >= 0.0, got -0.5"),
+    ],
+)
+def test_optimizer_betas_and_momentum_are_checked_at_config_load(override, message):
+    from runconfig import ConfigError, load_config
+    from runconfig.schema import RunConfig
+
+    with pytest.raises(ConfigError) as err:
+        load_config(RunConfig, TINY, [override])
+    assert message in str(err.value)
+    cfg = load_config(RunConfig, TINY, ["optimizer.adam_beta1=0.0", "optimizer.adam_beta2=0.999"])
+    assert (cfg.optimizer.adam_beta1, cfg.optimizer.adam_beta2) == (0.0, 0.999)
 
 
 def test_seed_out_of_numpy_range_on_a_later_pipeline_stage_exits_2(tmp_path):
