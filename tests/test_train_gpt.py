@@ -342,3 +342,15 @@ def test_two_processes_match_one(reference, tmp_path, parallel):
     assert [e["val_loss"] for e in summary(run)["evals"]] == pytest.approx(
         [e["val_loss"] for e in summary(reference)["evals"]], rel=2e-5
     )
+    # a CPU checkpoint resumes only in the layout that wrote it: one process is refused (exit 2,
+    # both sizes named), not a traceback and a "failed" summary (the data-parallel size is no config key)
+    (run / "summary.json").unlink()  # as if preempted after its last checkpoint
+    metrics = (run / "metrics.jsonl").read_text()
+    out = train(run, check=False)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    if parallel:
+        assert "parallel.tensor_model_parallel_size: 2 -> 1" in out.stderr
+    else:
+        assert "written with parallel layout tp=1 pp=1 dp=2; this CPU run is tp=1 pp=1 dp=1" in out.stderr
+    assert not (run / "summary.json").exists() and (run / "metrics.jsonl").read_text() == metrics

@@ -225,7 +225,10 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     resume = ResumePoint()
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict, identity)
+        common = json.loads((ckpt / COMMON_FILE).read_text())
+        check_resumable(common, ckpt, table, config_dict, identity)
+        if device != "cuda":
+            check_cpu_layout(common, ckpt, backend.layout)
         common = checkpoint.load(ckpt, backend, scheduler, info.rank)
         resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
         log.info("resumed from %s (step %d)", ckpt, resume.step)
@@ -344,6 +347,23 @@ def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
         dist.all_gather_object(gathered, rows, group=parallel_state.get_pipeline_model_parallel_group())
         rows = sorted({r[0]: r for part in gathered for r in part}.values())
     return build_table(resolved, rows)
+
+
+def check_cpu_layout(common: dict, ckpt: Path, layout: dict[str, int]) -> None:
+    """A CPU checkpoint holds one state file per tensor-parallel rank and pipeline stage, from
+    data-parallel rank 0: it resumes only in the layout that wrote it (the data-parallel size,
+    set by the world size, is no config key, so the config check cannot see it change)."""
+    saved = common.get("layout")
+    if saved is not None and saved != layout:
+
+        def spell(lay: dict) -> str:
+            return " ".join(f"{k}={lay.get(k)}" for k in ("tp", "pp", "dp"))
+
+        raise SetupError(
+            f"{ckpt}: written with parallel layout {spell(saved)}; this CPU run is {spell(layout)}: a CPU "
+            "checkpoint resumes only in its own layout (the GPU path's dist_checkpointing reshards); "
+            "rerun with the checkpoint's world size, or --force to retrain"
+        )
 
 
 def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, data: dict) -> None:
