@@ -231,6 +231,38 @@ def test_a_signal_during_the_interpreter_exit_keeps_the_summary_exit_code(tmp_pa
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+def test_a_corrupt_latest_checkpoint_is_refused_naming_it_and_the_others(reference, tmp_path):
+    """Exit 2 with the file and the way out (no traceback, no 'failed' summary); following the
+    way out resumes from the earlier checkpoint and ends on the uninterrupted run's losses."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint
+    ckpts = run / "checkpoints"
+    latest = ckpts / (ckpts / "latest").read_text().strip()
+    assert latest.name == "step_00000020"
+    model = latest / "model_tp0_pp0.pt"
+    model.write_bytes(model.read_bytes()[:100])  # truncated on disk
+    out = train(run, check=False)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and not (run / "summary.json").exists()
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith(f"error: cannot resume from {latest}: RuntimeError: PytorchStreamReader failed")
+    assert lines[1] == (
+        f"  other checkpoints: step_00000015: write one's name into {ckpts / 'latest'} to resume from it, "
+        "or give --force to retrain"
+    )
+    (latest / "common.json").unlink()  # a checkpoint folder that is not complete
+    out = train(run, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "which is not a complete checkpoint" in out.stderr and "other checkpoints: step_00000015" in out.stderr
+    (ckpts / "latest").write_text("step_00000015\n")
+    train(run)
+    assert [r["loss"] for r in rows(run)] == [r["loss"] for r in rows(reference)]
+    assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
