@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
             f"train_gpt.py: interrupted by {exc.name} while starting, nothing trained: rerun to start (or resume)",
             file=sys.stderr,
         )
-        return 75  # ExitCode.RESUMABLE (docs/contracts.md), which may not be imported yet
+        from rundir.contract import ExitCode  # (again: the signal may have cut its first import short)
+
+        return ExitCode.RESUMABLE
     finally:
         for sig, handler in previous.items():
             if signal.getsignal(sig) in (_raise_interrupted, signal.SIG_IGN):  # the Trainer's own stay
