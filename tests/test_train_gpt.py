@@ -263,6 +263,24 @@ def test_a_corrupt_latest_checkpoint_is_refused_naming_it_and_the_others(referen
     assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
 
 
+def test_checkpoints_without_latest_resume_from_the_newest(reference, tmp_path):
+    """A kill between a save's rename and its `latest` (or a pointer removed by hand) left
+    complete folders: the run resumes from the newest, not from step 0 over them."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    for name in ("summary.json", "checkpoints/latest"):
+        (run / name).unlink()
+    shutil.rmtree(run / "checkpoints" / "step_00000020")
+    out = train(run)
+    said = out.stdout + out.stderr
+    assert "checkpoints/latest is missing; resuming from the newest complete checkpoint, step_00000015" in said
+    assert f"resumed from {run / 'checkpoints' / 'step_00000015'} (step 15)" in said
+    assert [r["loss"] for r in rows(run)] == [r["loss"] for r in rows(reference)]
+    assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
