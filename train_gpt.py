@@ -12,10 +12,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from typing import TYPE_CHECKING
 
-from jobscripts.quiet import quiet_libraries
-from rundir.contract import ExitCode
+if TYPE_CHECKING:
+    from rundir.contract import ExitCode
+
+# Standard library only above: a signal during the imports below (several seconds: torch,
+# megatron) must reach main's handler, never Python's default (a traceback, or death by signal).
+STARTUP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StartupInterrupted(BaseException):
+    """SIGTERM/SIGINT arrived before the trainer took its own handlers: nothing was trained."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.name = signal.Signals(signum).name
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise StartupInterrupted(signum)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,22 +49,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
-    quiet_libraries()
-    args = parse_args(argv)
-    if args.local_rank is not None:
-        os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
-    from runconfig import ConfigError, load_config
-    from runconfig.schema import RunConfig
-
+    # Until the Trainer installs its preemption flag (SIGTERM/SIGINT then checkpoint and exit 75),
+    # a signal stops the start-up with one line and the contract's exit 75: nothing was trained,
+    # nothing is lost, a rerun starts (or resumes) the run.
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in STARTUP_SIGNALS}
     try:
-        cfg = load_config(RunConfig, args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    from training.runner import Trainer
+        from jobscripts.quiet import quiet_libraries
+        from rundir.contract import ExitCode
 
-    return Trainer(cfg, force=args.force).run()
+        quiet_libraries()
+        args = parse_args(argv)
+        if args.local_rank is not None:
+            os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
+        from runconfig import ConfigError, load_config
+        from runconfig.schema import RunConfig
+
+        try:
+            cfg = load_config(RunConfig, args.config, args.overrides)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        from training.runner import Trainer
+
+        return Trainer(cfg, force=args.force).run()
+    except StartupInterrupted as exc:
+        for sig in STARTUP_SIGNALS:  # a second Ctrl-C must not turn the one line into a traceback
+            signal.signal(sig, signal.SIG_IGN)
+        print(
+            f"train_gpt.py: interrupted by {exc.name} while starting, nothing trained: rerun to start (or resume)",
+            file=sys.stderr,
+        )
+        from rundir.contract import ExitCode  # (again: the signal may have cut its first import short)
+
+        return ExitCode.RESUMABLE
+    finally:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) in (_raise_interrupted, signal.SIG_IGN):  # the Trainer's own stay
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The run's ending is decided (and, past the config check, recorded in summary.json): a stop
+    # signal during the interpreter's exit, which runs with default handlers and takes over a
+    # second with torch loaded, must not turn a completed run's exit 0 into death by signal.
+    for sig in STARTUP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)

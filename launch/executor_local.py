@@ -310,9 +310,12 @@ class LocalExecutor:
     def _exit_code(self, item: _Active) -> int:
         """The trainer's exit code. torchrun (a run on several GPUs) exits 1 whatever its ranks
         exited with, so there the code rank 0 wrote in the summary is the trainer's: a
-        preemption (75) must not count as a failure, nor a bad config (2) be retried."""
+        preemption (75) must not count as a failure, nor a bad config (2) be retried. A trainer
+        killed by a signal (``-N``) after it wrote this attempt's summary was killed in its
+        teardown (interpreter exit takes seconds with torch): the run ended as that summary
+        says (docs/contracts.md: summary.json is the run's record), so its code is the one."""
         code = item.proc.returncode
-        if code and len(item.slot.gpus) > 1:
+        if code and (len(item.slot.gpus) > 1 or code < 0):
             summary = self._fresh_summary(item)
             if summary is not None and summary.exit_code is not None:
                 return summary.exit_code

@@ -16,7 +16,7 @@ from patches.names import OPTIMIZER_FAMILIES, BlockName, Linear1Phi, OptimizerFa
 from patches.parametrization import Parametrization
 from patches.rules import ModelShape, ResolvedParametrization
 from patches.rules import resolve as resolve_parametrization
-from runconfig.checks import FLOAT32_MAX, check_seed
+from runconfig.checks import FLOAT32_MAX, check_below, check_seed
 from runconfig.checks import check_at_least as _at_least
 from runconfig.checks import check_choice as _choice
 
@@ -138,6 +138,10 @@ class OptimizerConfig:
         _at_least("optimizer.weight_decay", self.weight_decay, 0.0)
         _at_least("optimizer.clip_grad", self.clip_grad, 0.0)
         _at_least("optimizer.adam_eps", self.adam_eps, 0.0)
+        # torch.optim.Adam refuses these only when the optimizer is built, naming no key
+        check_below("optimizer.adam_beta1", self.adam_beta1, 0.0, 1.0)
+        check_below("optimizer.adam_beta2", self.adam_beta2, 0.0, 1.0)
+        _at_least("optimizer.sgd_momentum", self.sgd_momentum, 0.0)
 
     @property
     def family(self) -> OptimizerFamily:

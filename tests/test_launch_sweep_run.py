@@ -217,6 +217,29 @@ def test_trainer_stopped_before_its_handlers_exist_is_interrupted_not_failed(tmp
     assert log.failures == 0 and events(rd) == []
 
 
+def test_trainer_killed_in_its_teardown_after_its_summary_is_what_the_summary_says(tmp_path):
+    """summary.json is the run's record: a SIGTERM that kills the trainer after it wrote a
+    completed summary (the interpreter's exit restores default handlers) leaves it completed."""
+    spec = _spec(tmp_path, grid={"model.num_layers": [2], "optimizer.lr": [0.001]})
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    (rd,) = _runs(sweep_dir).values()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"],
+        cwd=REPO, env=env_with(FAKE_TEARDOWN_SECONDS="60"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    _wait_for(lambda: (rd / "summary.json").exists(), 60, "the trainer's summary")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75  # launch itself was interrupted (docs/launch.md: exit codes)
+    assert "completed (exit 0)" in err and "interrupted" not in err
+    log = attempts.read(rd)
+    assert [(a.exit_code, a.outcome) for a in log.attempts] == [(0, "completed")]
+    assert log.failures == 0
+    assert main(["status", str(sweep_dir)]) == 0
+
+
 def test_failed_runs_are_retried_up_to_the_limit_then_reported(tmp_path, monkeypatch, capsys):
     grid = {"model.num_layers": [2, 4], "optimizer.lr": [0.001]}
     spec = _spec(tmp_path, grid=grid, executor={"kind": "local", "max_parallel": 2, "max_retries": 2})

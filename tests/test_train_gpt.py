@@ -183,6 +183,104 @@ def test_a_signal_on_a_checkpoint_step_saves_that_step_once(tmp_path):
     assert summary(run)["steps"] == 3 and (run / "checkpoints" / "latest").read_text().strip() == "step_00000003"
 
 
+STARTUP_SIGNAL_DRIVER = r"""
+import os, runpy, signal, sys
+class SignalOnTorchImport:  # the signal lands while torch is being imported, as a Ctrl-C in the first seconds
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+        return None
+sys.meta_path.insert(0, SignalOnTorchImport())
+sys.argv = ["train_gpt.py", *sys.argv[1:]]
+runpy.run_path("train_gpt.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_imports_exits_75_with_one_line(tmp_path, sig):
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE]
+    out = subprocess.run([sys.executable, "-c", STARTUP_SIGNAL_DRIVER, *args], cwd=REPO, env={**env(), "SIG": sig},
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 75, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        f"train_gpt.py: interrupted by {sig} while starting, nothing trained: rerun to start (or resume)"
+    ]
+    assert not run.exists()
+
+
+TEARDOWN_SIGNAL_DRIVER = r"""
+import os, runpy, signal, sys, time
+class SignalInTeardown:  # deleted while the interpreter tears its modules down, after its exit code is set
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+keep = SignalInTeardown()
+sys.argv = ["train_gpt.py", *sys.argv[1:]]
+runpy.run_path("train_gpt.py", run_name="__main__")
+"""
+
+
+def test_a_signal_during_the_interpreter_exit_keeps_the_summary_exit_code(tmp_path):
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE, "training.steps=4", "eval.batches=1"]
+    out = subprocess.run([sys.executable, "-c", TEARDOWN_SIGNAL_DRIVER, *args], cwd=REPO, env=env(),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert (summary(run)["status"], summary(run)["exit_code"]) == ("completed", 0)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_a_corrupt_latest_checkpoint_is_refused_naming_it_and_the_others(reference, tmp_path):
+    """Exit 2 with the file and the way out (no traceback, no 'failed' summary); following the
+    way out resumes from the earlier checkpoint and ends on the uninterrupted run's losses."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint
+    ckpts = run / "checkpoints"
+    latest = ckpts / (ckpts / "latest").read_text().strip()
+    assert latest.name == "step_00000020"
+    model = latest / "model_tp0_pp0.pt"
+    model.write_bytes(model.read_bytes()[:100])  # truncated on disk
+    out = train(run, check=False)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and not (run / "summary.json").exists()
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith(f"error: cannot resume from {latest}: RuntimeError: PytorchStreamReader failed")
+    assert lines[1] == (
+        f"  other checkpoints: step_00000015: write one's name into {ckpts / 'latest'} to resume from it, "
+        "or give --force to retrain"
+    )
+    (latest / "common.json").unlink()  # a checkpoint folder that is not complete
+    out = train(run, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "which is not a complete checkpoint" in out.stderr and "other checkpoints: step_00000015" in out.stderr
+    (ckpts / "latest").write_text("step_00000015\n")
+    train(run)
+    assert [r["loss"] for r in rows(run)] == [r["loss"] for r in rows(reference)]
+    assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+
+
+def test_checkpoints_without_latest_resume_from_the_newest(reference, tmp_path):
+    """A kill between a save's rename and its `latest` (or a pointer removed by hand) left
+    complete folders: the run resumes from the newest, not from step 0 over them."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    for name in ("summary.json", "checkpoints/latest"):
+        (run / name).unlink()
+    shutil.rmtree(run / "checkpoints" / "step_00000020")
+    out = train(run)
+    said = out.stdout + out.stderr
+    assert "checkpoints/latest is missing; resuming from the newest complete checkpoint, step_00000015" in said
+    assert f"resumed from {run / 'checkpoints' / 'step_00000015'} (step 15)" in said
+    assert [r["loss"] for r in rows(run)] == [r["loss"] for r in rows(reference)]
+    assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+
+
 def test_resume_refuses_a_different_parametrization(tmp_path):
     run = tmp_path / "run"
     train(run, "training.steps=30", "checkpoint.final=false")  # completed: a rerun is a no-op
@@ -227,6 +325,8 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("training.global_batch_size=7", "training.global_batch_size"),
         ("data.mock=false", "data"),
         ("model.attention_backend=fast", "model.attention_backend: must be one of"),
+        # torch.optim refused these only once the run directory existed, naming no key
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, override, needle):
@@ -234,6 +334,27 @@ def test_invalid_config_names_the_key(tmp_path, override, needle):
     assert out.returncode == 2
     assert needle in out.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
+        ("optimizer.adam_beta1=-0.1", "optimizer.adam_beta1: must be in [0.0, 1.0), got -0.1"),
+        ("optimizer.adam_beta2=1.5", "optimizer.adam_beta2: must be in [0.0, 1.0), got 1.5"),
+        ("optimizer.adam_beta2=nan", "optimizer.adam_beta2: must be in [0.0, 1.0), got nan"),
+        ("optimizer.sgd_momentum=-0.5", "optimizer.sgd_momentum: must be >= 0.0, got -0.5"),
+    ],
+)
+def test_optimizer_betas_and_momentum_are_checked_at_config_load(override, message):
+    from runconfig import ConfigError, load_config
+    from runconfig.schema import RunConfig
+
+    with pytest.raises(ConfigError) as err:
+        load_config(RunConfig, TINY, [override])
+    assert message in str(err.value)
+    cfg = load_config(RunConfig, TINY, ["optimizer.adam_beta1=0.0", "optimizer.adam_beta2=0.999"])
+    assert (cfg.optimizer.adam_beta1, cfg.optimizer.adam_beta2) == (0.0, 0.999)
 
 
 def test_seed_out_of_numpy_range_on_a_later_pipeline_stage_exits_2(tmp_path):
@@ -271,3 +392,15 @@ def test_two_processes_match_one(reference, tmp_path, parallel):
     assert [e["val_loss"] for e in summary(run)["evals"]] == pytest.approx(
         [e["val_loss"] for e in summary(reference)["evals"]], rel=2e-5
     )
+    # a CPU checkpoint resumes only in the layout that wrote it: one process is refused (exit 2,
+    # both sizes named), not a traceback and a "failed" summary (the data-parallel size is no config key)
+    (run / "summary.json").unlink()  # as if preempted after its last checkpoint
+    metrics = (run / "metrics.jsonl").read_text()
+    out = train(run, check=False)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    if parallel:
+        assert "parallel.tensor_model_parallel_size: 2 -> 1" in out.stderr
+    else:
+        assert "written with parallel layout tp=1 pp=1 dp=2; this CPU run is tp=1 pp=1 dp=1" in out.stderr
+    assert not (run / "summary.json").exists() and (run / "metrics.jsonl").read_text() == metrics

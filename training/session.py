@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -41,10 +42,14 @@ from rundir.files import (
     COMMON_FILE,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
+    LATEST,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
     SUMMARY_FILE,
+    RunDirError,
+    checkpoint_steps,
     latest_checkpoint,
+    step_dir_name,
     truncate_diagnostics,
     truncate_metrics,
 )
@@ -223,10 +228,27 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     config_dict = to_dict(cfg)
     identity = data_identity(cfg, tokenizer)
     resume = ResumePoint()
-    ckpt = latest_checkpoint(run_dir)
+    try:
+        ckpt = latest_checkpoint(run_dir)
+    except RunDirError as exc:
+        raise SetupError(unreadable_checkpoint(run_dir, exc)) from exc
+    if ckpt is None and (steps := checkpoint_steps(run_dir)):
+        # complete folders but no `latest`: a kill between the first save's rename and its
+        # `latest` (checkpoint.save), or a pointer removed by hand; the newest folder is whole
+        ckpt = run_dir / CHECKPOINTS_DIR / step_dir_name(steps[-1])
+        log.warning("%s is missing; resuming from the newest complete checkpoint, %s", ckpt.parent / LATEST, ckpt.name)
     if ckpt is not None:
-        check_resumable(json.loads((ckpt / COMMON_FILE).read_text()), ckpt, table, config_dict, identity)
-        common = checkpoint.load(ckpt, backend, scheduler, info.rank)
+        try:
+            common = json.loads((ckpt / COMMON_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise SetupError(unreadable_checkpoint(run_dir, exc, ckpt)) from exc
+        check_resumable(common, ckpt, table, config_dict, identity)
+        if device != "cuda":
+            check_cpu_layout(common, ckpt, backend.layout)
+        try:
+            common = checkpoint.load(ckpt, backend, scheduler, info.rank)
+        except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
+            raise SetupError(unreadable_checkpoint(run_dir, exc, ckpt)) from exc
         resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
         log.info("resumed from %s (step %d)", ckpt, resume.step)
     runlog = None
@@ -344,6 +366,38 @@ def gather_table(cfg: RunConfig, model: torch.nn.Module, resolved: Any) -> dict:
         dist.all_gather_object(gathered, rows, group=parallel_state.get_pipeline_model_parallel_group())
         rows = sorted({r[0]: r for part in gathered for r in part}.values())
     return build_table(resolved, rows)
+
+
+def unreadable_checkpoint(run_dir: Path, exc: BaseException, ckpt: Optional[Path] = None) -> str:
+    """The refusal to resume from a checkpoint that cannot be read (truncated or missing files):
+    what failed, and what the user can do (another complete checkpoint, or --force)."""
+    others = [step_dir_name(s) for s in checkpoint_steps(run_dir) if ckpt is None or step_dir_name(s) != ckpt.name]
+    first = f"cannot resume from {ckpt}: " if ckpt is not None else "cannot resume: "
+    what = f"{first}{type(exc).__name__}: {exc}".splitlines()[0]
+    if others:
+        pointer = run_dir / CHECKPOINTS_DIR / LATEST
+        return (
+            f"{what}\n  other checkpoints: {', '.join(others)}: write one's name into {pointer} "
+            "to resume from it, or give --force to retrain"
+        )
+    return f"{what}\n  no other checkpoint: give --force to retrain"
+
+
+def check_cpu_layout(common: dict, ckpt: Path, layout: dict[str, int]) -> None:
+    """A CPU checkpoint holds one state file per tensor-parallel rank and pipeline stage, from
+    data-parallel rank 0: it resumes only in the layout that wrote it (the data-parallel size,
+    set by the world size, is no config key, so the config check cannot see it change)."""
+    saved = common.get("layout")
+    if saved is not None and saved != layout:
+
+        def spell(lay: dict) -> str:
+            return " ".join(f"{k}={lay.get(k)}" for k in ("tp", "pp", "dp"))
+
+        raise SetupError(
+            f"{ckpt}: written with parallel layout {spell(saved)}; this CPU run is {spell(layout)}: a CPU "
+            "checkpoint resumes only in its own layout (the GPU path's dist_checkpointing reshards); "
+            "rerun with the checkpoint's world size, or --force to retrain"
+        )
 
 
 def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, data: dict) -> None:

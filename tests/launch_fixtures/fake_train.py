@@ -17,6 +17,8 @@ Test knobs (environment):
                       out-of-memory reason in summary.json (exit 1) ...
   FAKE_OOM_TIMES      ... on their first N starts (default 1)
   FAKE_SAVE_SECONDS   sleep before the checkpoint a stop signal asks for (a large model's save)
+  FAKE_TEARDOWN_SECONDS  sleep after summary.json is written, with default signal handling (like
+                      the interpreter's exit, which restores them, tearing down torch)
 Every start appends {"event": "start", "pid", "start_step", "time"} to RUN_DIR/fake_events.jsonl
 and every exit an "end" event, so tests can count attempts and check they never overlap.
 Under torchrun (WORLD_SIZE > 1) the ranks all-reduce over gloo and rank 0 writes dist.json.
@@ -164,6 +166,10 @@ def main() -> int:
         print(f"fake_train: {run_dir} is locked by another process", file=sys.stderr)
         return ExitCode.BUSY
     code = _train(cfg, run_dir, args.force)
+    if teardown := float(os.environ.get("FAKE_TEARDOWN_SECONDS", "0")):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        time.sleep(teardown)
     if world > 1:
         import torch.distributed as dist
 
