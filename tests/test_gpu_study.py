@@ -103,7 +103,7 @@ def test_cpu_studies_base_configs_are_unchanged():
     [
         ("device", "tpu", "device: must be one of ['cpu', 'cuda']"),
         ("precision", "fp16", "precision: must be one of ['auto', 'fp32', 'bf16']"),
-        ("corpus", "wiki", "corpus: unknown corpus 'wiki'"),
+        ("corpus", "wiki", "corpus: 'wiki' is neither a registry corpus ("),
         ("micro_batch", 5, "micro_batch: must be 0 (= batch) or divide batch 16"),
         ("runs_per_gpu", 0, "runs_per_gpu: must be >= 1"),
         ("checkpoint_interval", -1, "checkpoint_interval: must be >= 0"),
