@@ -98,8 +98,12 @@ def test_the_trainer_refuses_its_world_before_a_process_group_exists(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_a_gpu_job_that_asks_for_no_cpus_is_warned_of(capsys):
+def test_a_gpu_job_that_asks_for_no_cpus_is_warned_of(capsys, monkeypatch):
     from jobscripts.scripts import SlurmOptions, cpu_request_note
+    from launch import launchers
+
+    # torch < 2.12's torchrun adds its own warning (the grace: tests/test_launch_torchrun.py)
+    monkeypatch.setattr(launchers, "torchrun_honours_grace", lambda: True)
 
     argv = ["job", "--config", str(REPO / "configs" / "gpt_350m_multinode.yaml"), *MOCK, "--launcher", "slurm",
             "--nodes", "4", "--gpus-per-node", "8", "--dry-run"]  # fmt: skip
