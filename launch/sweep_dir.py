@@ -47,12 +47,11 @@ def check_base(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = Fa
 
 def base_differences(old: object, new: object) -> list[str]:
     """``key: old -> new`` for each dotted key whose value differs between two parsed configs."""
-    from runconfig import flatten
+    from runconfig import changed_keys, describe_changes
 
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return [f"{old!r} -> {new!r}"]
-    a, b = flatten(old), flatten(new)
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return describe_changes(changed_keys(old, new))
 
 
 def write_plan(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = False) -> None:

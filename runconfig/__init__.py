@@ -7,9 +7,17 @@ directory and exit codes are :mod:`rundir`'s; atomic writes and job scripts :mod
 
 from typing import Any
 
-from runconfig.loader import ConfigError, dump_yaml, flatten, load_config, to_dict
+from runconfig.loader import ConfigError, changed_keys, describe_changes, dump_yaml, flatten, load_config, to_dict
 
-__all__ = ["ConfigError", "dump_yaml", "flatten", "load_config", "to_dict"]
+__all__ = [
+    "ConfigError",
+    "changed_keys",
+    "describe_changes",
+    "dump_yaml",
+    "flatten",
+    "load_config",
+    "to_dict",
+]
 
 _MOVED = {"atomic_write_text": "jobscripts.atomic", "atomic_write_bytes": "jobscripts.atomic"}
 

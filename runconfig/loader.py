@@ -114,5 +114,18 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def changed_keys(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """Each flattened config key whose value differs: ``key -> (old, new)``, sorted by key."""
+    a, b = flatten(old), flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def describe_changes(changed: dict[str, tuple[Any, Any]], allowed: tuple[str, ...] = ()) -> list[str]:
+    """``key: old -> new`` for each of :func:`changed_keys`' keys, but those ``allowed`` to change (prefixes)."""
+    return [
+        f"{k}: {o!r} -> {n!r}" for k, (o, n) in changed.items() if not any(k == p or k.startswith(p) for p in allowed)
+    ]
+
+
 def dump_yaml(cfg: Any) -> str:
     return yaml.safe_dump(to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg, sort_keys=False)

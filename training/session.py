@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
-from runconfig import dump_yaml, flatten, to_dict
+from runconfig import changed_keys, describe_changes, dump_yaml, to_dict
 from runconfig.schema import RunConfig
 from runconfig.validate import validate, validate_layout
 
@@ -118,21 +118,9 @@ class Session:
         return self.placement.device
 
 
-def changed_keys(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-    """Each flattened config key whose value differs: ``key -> (old, new)``, sorted by key."""
-    a, b = flatten(old), flatten(new)
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
-
-
 def config_differences(old: dict, new: dict, allowed: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
     """``key: old -> new`` for each config key that differs, but those ``allowed`` to (prefixes)."""
-    return _disallowed(changed_keys(old, new), allowed)
-
-
-def _disallowed(changed: dict[str, tuple[Any, Any]], allowed: tuple[str, ...]) -> list[str]:
-    return [
-        f"{k}: {o!r} -> {n!r}" for k, (o, n) in changed.items() if not any(k == p or k.startswith(p) for p in allowed)
-    ]
+    return describe_changes(changed_keys(old, new), allowed)
 
 
 def setup_logging(run_dir: Path, is_main: bool) -> None:
@@ -416,7 +404,7 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     changed = changed_keys(common["config"], config_dict)
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
-    diffs = _disallowed(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))
+    diffs = describe_changes(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))
     if diffs:
         if moved and "data" not in common:
             diffs.append("(the data moved; this checkpoint predates the record of what its data is, so it cannot tell)")
