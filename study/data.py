@@ -102,7 +102,7 @@ def _build(out: Path, s: Study, workers: int) -> dict[str, Any]:
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
-    built = data_dir / "manifest.json"
+    built = data_dir / MANIFEST
     if manifest is None and built.is_file():
         # data_prep would rebuild out/data in place at the new vocabulary, under runs that trained
         # on the old one; those runs would then be reported as the new study's
@@ -133,7 +133,7 @@ def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
     """
     if not is_registry(s.corpus) or (out / "corpus" / f"{s.corpus}.jsonl").is_file():
         return None  # the user's JSONL is read where it is: nothing is carried without it
-    path = out / "data" / "manifest.json"
+    path = out / "data" / MANIFEST
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())
