@@ -200,15 +200,22 @@ def test_sigterm_to_sweep_preempts_runs_without_counting_failures(tmp_path):
     assert {r["status"] for r in rows} == {"pending"}
 
 
-def test_trainer_stopped_before_its_handlers_exist_is_interrupted_not_failed(tmp_path):
+def _launch_one_run(tmp_path: Path, stderr, **fake: str) -> tuple[Path, Path, subprocess.Popen]:
+    """A one-run sweep started by ``launch run`` in a child process (the fake trainer's
+    ``FAKE_*`` settings in ``fake``): its sweep dir, its run dir and the process."""
     spec = _spec(tmp_path, grid={"model.num_layers": [2], "optimizer.lr": [0.001]})
     sweep_dir = tmp_path / "sw"
     write_plan(sweep_dir, expand(spec, load_spec(spec)))
     (rd,) = _runs(sweep_dir).values()
     proc = subprocess.Popen(
         [sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"],
-        cwd=REPO, env=env_with(FAKE_STARTUP_SECONDS="60"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO, env=env_with(**fake), stdout=subprocess.DEVNULL, stderr=stderr, text=True,
     )  # fmt: skip
+    return sweep_dir, rd, proc
+
+
+def test_trainer_stopped_before_its_handlers_exist_is_interrupted_not_failed(tmp_path):
+    _, rd, proc = _launch_one_run(tmp_path, subprocess.DEVNULL, FAKE_STARTUP_SECONDS="60")
     _wait_for(lambda: len(attempts.read(rd).attempts) == 1, 60, "the trainer to start")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 75
@@ -220,15 +227,7 @@ def test_trainer_stopped_before_its_handlers_exist_is_interrupted_not_failed(tmp
 def test_trainer_killed_in_its_teardown_after_its_summary_is_what_the_summary_says(tmp_path):
     """summary.json is the run's record: a SIGTERM that kills the trainer after it wrote a
     completed summary (the interpreter's exit restores default handlers) leaves it completed."""
-    spec = _spec(tmp_path, grid={"model.num_layers": [2], "optimizer.lr": [0.001]})
-    sweep_dir = tmp_path / "sw"
-    write_plan(sweep_dir, expand(spec, load_spec(spec)))
-    (rd,) = _runs(sweep_dir).values()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"],
-        cwd=REPO, env=env_with(FAKE_TEARDOWN_SECONDS="60"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    sweep_dir, rd, proc = _launch_one_run(tmp_path, subprocess.PIPE, FAKE_TEARDOWN_SECONDS="60")
     _wait_for(lambda: (rd / "summary.json").exists(), 60, "the trainer's summary")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
