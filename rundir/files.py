@@ -281,10 +281,14 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    """The checkpoint folder ``checkpoints/latest`` names (None when there is none)."""
+    """The checkpoint folder ``checkpoints/latest`` names; without that file, the newest complete
+    step folder (a kill between a save's rename and its ``latest`` write, or a pointer removed by
+    hand, leaves whole folders and no pointer); None when there is no checkpoint. Training,
+    export and lm-eval all read "the latest" through this one rule."""
     pointer = Path(run_dir) / CHECKPOINTS_DIR / LATEST
     if not pointer.is_file():
-        return None
+        steps = checkpoint_steps(run_dir)
+        return checkpoint_dir(run_dir, steps[-1]) if steps else None
     path = pointer.parent / pointer.read_text().strip()
     if not (path / COMMON_FILE).is_file():
         raise RunDirError(f"{pointer} names {path}, which is not a complete checkpoint")

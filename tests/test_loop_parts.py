@@ -130,3 +130,20 @@ def test_latest_checkpoint_discovery(tmp_path):
         rd.latest_checkpoint(tmp_path)
     (folder / rd.COMMON_FILE).write_text("{}")
     assert rd.latest_checkpoint(tmp_path) == folder and folder.name == "step_00000040"
+
+
+def test_without_its_pointer_the_latest_checkpoint_is_the_newest_complete_one_for_training_and_export(tmp_path):
+    """A kill between a save's rename and its `latest` write leaves whole step folders and no
+    pointer: the trainer, export and lm-eval all read the newest complete one (an incomplete
+    newer folder, without its common file, is not a checkpoint)."""
+    from training.checkpoint import CPU_MODEL_FILE, find_checkpoint
+
+    for step in (20, 40):
+        folder = rd.checkpoint_dir(tmp_path, step)
+        folder.mkdir(parents=True)
+        (folder / rd.COMMON_FILE).write_text(json.dumps({"step": step}))
+        (folder / CPU_MODEL_FILE).write_bytes(b"")
+    rd.checkpoint_dir(tmp_path, 60).mkdir()  # cut before its common file was written
+    assert rd.latest_checkpoint(tmp_path) == rd.checkpoint_dir(tmp_path, 40)
+    found = find_checkpoint(tmp_path)
+    assert (found.step, found.path.name, found.format) == (40, "step_00000040", "cpu")

@@ -169,7 +169,7 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
         except ValueError as exc:
             raise CheckpointError(str(exc)) from exc
         if path is None:
-            raise CheckpointError(f"no checkpoint in {run_dir / CHECKPOINTS_DIR} (no '{LATEST}' file)")
+            raise CheckpointError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS_DIR}")
     else:
         path = checkpoint_dir(run_dir, step)
         if not path.is_dir():

@@ -220,10 +220,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         ckpt = latest_checkpoint(run_dir)
     except RunDirError as exc:
         raise SetupError(unreadable_checkpoint(run_dir, exc)) from exc
-    if ckpt is None and (steps := checkpoint_steps(run_dir)):
-        # complete folders but no `latest`: a kill between the first save's rename and its
-        # `latest` (checkpoint.save), or a pointer removed by hand; the newest folder is whole
-        ckpt = run_dir / CHECKPOINTS_DIR / step_dir_name(steps[-1])
+    if ckpt is not None and not (ckpt.parent / LATEST).is_file():
         log.warning("%s is missing; resuming from the newest complete checkpoint, %s", ckpt.parent / LATEST, ckpt.name)
     if ckpt is not None:
         try:
