@@ -22,10 +22,10 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
+    from data_prep.manifest import read_manifest
     from data_prep.tokenizer import load_tokenizer
     from tests.test_lm_eval import encode_pair, megatron_loglik
     from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
-    from training.data import read_manifest
     from training.distributed import single_process
     from training.export_hf import read_run_config
 

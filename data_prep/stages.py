@@ -40,6 +40,7 @@ from data_prep.clean import CleanTask, clean_shard, input_identity, shard_paths
 from data_prep.config import DataPrepConfig, fingerprint
 from data_prep.dedup import assign, first_occurrences, sample_rows
 from data_prep.filters import FILTER_NAMES
+from data_prep.manifest import MANIFEST_FILE
 from data_prep.readers import rebase_lines
 from data_prep.shards import Shard
 from data_prep.tokenizer import file_sha256, load_tokenizer, token_dtype, tokenizer_type, train_sentencepiece
@@ -610,7 +611,7 @@ def tokenize_and_merge(
     logger.info(
         "tokenize: %d shard(s), %d finished earlier, %d to do", len(job.shards), job.reused["tokenize"], len(todo)
     )
-    manifest_path = job.out / "manifest.json"
+    manifest_path = job.out / MANIFEST_FILE
     if manifest_path.exists():
         manifest_path.unlink()  # the outputs are about to change; no manifest may describe half of them
     dtype = token_dtype(load_tokenizer(tokenizer_file, job.cfg.tokenizer.eod_token).vocab_size)
@@ -713,7 +714,7 @@ def write_manifest(job: Job, plan_: Plan, tokenizer_info: dict, merge: dict, run
         "run": {**run_info, "cost": stage_costs(job, merge)},
     }
     write_skipped_log(job, inputs)
-    atomic_write_json(job.out / "manifest.json", manifest)
+    atomic_write_json(job.out / MANIFEST_FILE, manifest)
     return manifest
 
 
@@ -778,7 +779,7 @@ def unfinished_units(job: Job, stage: Stage) -> list:
         if stage.name == "tokenize":
             left = {t.shard_id for t in _tokenize_todo(job, job.shards, plan_, tokenizer_file)}
             return [s for s in job.shards if s.shard_id in left]
-        manifest = read_json(job.out / "manifest.json")
+        manifest = read_json(job.out / MANIFEST_FILE)
         current = (
             manifest is not None
             and manifest.get("tokenizer", {}).get("sha256") == info["sha256"]

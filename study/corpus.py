@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from data_prep.manifest import MANIFEST_FILE
 from data_prep.registry_corpora import CORPORA, CorpusError, attribution, build_jsonl
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
 ]
 
 DEFAULT_CORPUS = "kjv"
-MANIFEST = "manifest.json"  # what data_prep writes last into its output folder
 
 
 def is_registry(corpus: str) -> bool:
@@ -45,9 +45,9 @@ def resolve_corpus(value: str, base: Path) -> str:
         return value
     path = (Path(base) / Path(value).expanduser()).resolve()
     if path.is_dir():
-        if not (path / MANIFEST).is_file():
+        if not (path / MANIFEST_FILE).is_file():
             raise CorpusError(
-                f"{path}: a folder, but not one data_prep wrote (no {MANIFEST}); run data_prep on your text first "
+                f"{path}: a folder, but not one data_prep wrote (no {MANIFEST_FILE}); run data_prep on your text first "
                 "(docs/data_prep.md), or name a JSONL file"
             )
         return str(path)

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from data_prep.manifest import MANIFEST_FILE, read_manifest
 from jobscripts.atomic import atomic_write_text
-from study.corpus import DEFAULT_CORPUS, MANIFEST, CorpusError, corpus_jsonl, is_registry
+from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl, is_registry
 from study.log import log as _log
 from study.spec import Study
 
@@ -54,41 +55,33 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     carried from another machine without the marker is accepted when its manifest names the
     study's corpus and vocabulary (``carried_manifest``).
     """
-    if is_registry(s.corpus) or Path(s.corpus).is_file():
-        data_dir, manifest = out / "data", _build(out, s, workers)
+    built = is_registry(s.corpus) or Path(s.corpus).is_file()
+    if built:
+        data_dir = out / "data"
+        _build(out, s, workers)
     else:
-        data_dir, manifest = Path(s.corpus), _prepared(s)
+        data_dir = Path(s.corpus)
+    try:
+        m = read_manifest(data_dir, key="corpus")
+    except ValueError as exc:
+        raise CorpusError(str(exc)) from None
+    if not built and m.vocab_size != s.vocab_size:  # the runs' embedding size is the study's vocab_size
+        raise CorpusError(
+            f"{m.path}: its tokenizer has {m.vocab_size} tokens, but study {s.name!r} has vocab_size {s.vocab_size}; "
+            f"set vocab_size: {m.vocab_size} in the study file (prepared data keeps its tokenizer)"
+        )
+    if m.train_tokens is None or m.valid_tokens is None:
+        raise CorpusError(f"{m.path}: not a complete data_prep manifest (no train/valid token counts)")
     _log(
-        f"data: {manifest['train']['tokens']:,} train / {manifest['valid']['tokens']:,} valid tokens "
-        f"({manifest['train']['documents']} / {manifest['valid']['documents']} documents of {s.corpus}), "
-        f"vocab {s.vocab_size}"
+        f"data: {m.train_tokens:,} train / {m.valid_tokens:,} valid tokens "
+        f"({m.train_documents} / {m.valid_documents} documents of {s.corpus}), vocab {s.vocab_size}"
     )
     tokens = s.steps * s.batch * s.seq_length
-    _log(
-        f"each run trains on {tokens:,} tokens: {tokens / manifest['train']['tokens']:.2f} passes over the train split"
-    )
+    _log(f"each run trains on {tokens:,} tokens: {tokens / m.train_tokens:.2f} passes over the train split")
     return data_dir
 
 
-def _prepared(s: Study) -> dict[str, Any]:
-    """The manifest of a folder data_prep wrote, which the study trains on as it is: its
-    tokenizer must have the study's vocabulary (the runs' embedding size)."""
-    path = Path(s.corpus) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-        vocab = manifest["tokenizer"]["vocab_size"]
-        manifest["train"]["tokens"], manifest["valid"]["tokens"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CorpusError(f"{path}: not a complete data_prep manifest ({type(exc).__name__}: {exc})") from None
-    if vocab != s.vocab_size:
-        raise CorpusError(
-            f"{path}: its tokenizer has {vocab} tokens, but study {s.name!r} has vocab_size {s.vocab_size}; "
-            f"set vocab_size: {vocab} in the study file (prepared data keeps its tokenizer)"
-        )
-    return manifest
-
-
-def _build(out: Path, s: Study, workers: int) -> dict[str, Any]:
+def _build(out: Path, s: Study, workers: int) -> None:
     """``out/data`` from a registry corpus or the user's JSONL, through data_prep (skipping what is done)."""
     marker = out / "corpus.name"
     recorded = marker.read_text().strip() if marker.is_file() else None
@@ -102,7 +95,7 @@ def _build(out: Path, s: Study, workers: int) -> dict[str, Any]:
                           f"corpus {s.corpus!r} needs another --out")  # fmt: skip
     atomic_write_text(marker, s.corpus + "\n")
     data_dir = out / "data"
-    built = data_dir / MANIFEST
+    built = data_dir / MANIFEST_FILE
     if manifest is None and built.is_file():
         # data_prep would rebuild out/data in place at the new vocabulary, under runs that trained
         # on the old one; those runs would then be reported as the new study's
@@ -120,8 +113,7 @@ def _build(out: Path, s: Study, workers: int) -> dict[str, Any]:
             corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", s.corpus)
         else:
             corpus = Path(s.corpus)  # the user's JSONL, read where it is
-        manifest = build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
-    return manifest
+        build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
 
 
 def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
@@ -133,7 +125,7 @@ def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
     """
     if not is_registry(s.corpus) or (out / "corpus" / f"{s.corpus}.jsonl").is_file():
         return None  # the user's JSONL is read where it is: nothing is carried without it
-    path = out / "data" / MANIFEST
+    path = out / "data" / MANIFEST_FILE
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())

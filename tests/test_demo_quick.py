@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -392,6 +393,13 @@ def test_a_study_on_the_users_own_jsonl_and_on_their_prepared_data(tmp_path, mon
     (mine / "mine.yaml").write_text(text.replace("vocab_size: 512", "vocab_size: 1024") + f"corpus: {data}\n")
     with pytest.raises(CorpusError, match="its tokenizer has 512 tokens, but study 'mine' has vocab_size 1024"):
         prepare_data(tmp_path / "out3", load_study(str(mine / "mine.yaml")), 1)
+    # a prepared folder whose manifest was cut short: data_prep.manifest's reader names it, no traceback
+    cut = tmp_path / "cut"
+    shutil.copytree(data, cut)
+    (cut / "manifest.json").write_text((data / "manifest.json").read_text()[:200])
+    (mine / "mine.yaml").write_text(text + f"corpus: {cut}\n")
+    with pytest.raises(CorpusError, match=f"corpus: {cut / 'manifest.json'} is not valid JSON"):
+        prepare_data(tmp_path / "out4", load_study(str(mine / "mine.yaml")), 1)
 
     for corpus, message in ((str(mine), "no manifest.json"), ("gone.jsonl", "nor an existing file or folder")):
         (mine / "mine.yaml").write_text(text + f"corpus: {corpus}\n")

@@ -131,8 +131,8 @@ def test_bf16_on_cpu_is_refused(tmp_path):
 def _manifest(out: Path, corpus: str, vocab: int) -> None:
     (out / "data").mkdir(parents=True)
     manifest = {"config": {"input": {"paths": [f"/elsewhere/corpus/{corpus}.jsonl"]}},
-                "tokenizer": {"vocab_size": vocab}, "train": {"tokens": 5, "documents": 2},
-                "valid": {"tokens": 1, "documents": 1}}  # fmt: skip
+                "tokenizer": {"vocab_size": vocab, "eod_id": 0}, "train": {"prefixes": ["train"], "tokens": 5, "documents": 2},
+                "valid": {"prefixes": ["valid"], "tokens": 1, "documents": 1}}  # fmt: skip
     (out / "data" / "manifest.json").write_text(json.dumps(manifest))
 
 

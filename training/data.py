@@ -12,7 +12,6 @@ samples of the validation dataset.
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,55 +25,8 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 from megatron.core.datasets.indexed_dataset import _INDEX_HEADER, DType, get_bin_path, get_idx_path
 
+from data_prep.manifest import read_manifest
 from runconfig.schema import RunConfig
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What training needs from a data_prep ``manifest.json``."""
-
-    path: Path
-    train_prefixes: list[str]
-    valid_prefixes: list[str]
-    vocab_size: int
-    eod_id: int
-    tokenizer_path: Optional[str]
-    tokenizer_sha256: Optional[str]
-
-
-def read_manifest(path: str | Path) -> Manifest:
-    """Read a data_prep manifest (the file or its directory); prefixes resolve against its dir."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "manifest.json"
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError as exc:
-        raise ValueError(f"data.manifest: {path} does not exist") from exc
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"data.manifest: {path} is not JSON text (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8)"
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"data.manifest: {path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"data.manifest: {path} is not a data_prep manifest (a JSON {type(data).__name__}, not an object)"
-        )
-    base = path.parent
-    try:
-        tok = data["tokenizer"]
-        return Manifest(
-            path=path,
-            train_prefixes=[str(base / p) for p in data["train"]["prefixes"]],
-            valid_prefixes=[str(base / p) for p in data["valid"]["prefixes"]],
-            vocab_size=int(tok["vocab_size"]),
-            eod_id=int(tok["eod_id"]),
-            tokenizer_path=str(base / tok["path"]) if tok.get("path") else None,
-            tokenizer_sha256=tok.get("sha256"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"data.manifest: {path} lacks the key {exc}") from exc
 
 
 class TokenizerInfo:

@@ -60,7 +60,8 @@ def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], 
     """(tokenizer file or None for mock data, the sha256 the data was made with (manifests
     record it) or None, dataset prefixes (validation first), vocabulary size, end-of-document
     id), from the manifest when the run used one."""
-    from training.data import read_manifest, tokenizer_info
+    from data_prep.manifest import read_manifest
+    from training.data import tokenizer_info
 
     info = tokenizer_info(cfg)
     if cfg.data.manifest:

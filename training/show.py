@@ -24,7 +24,7 @@ def vocab_size_of(cfg: RunConfig) -> int:
     if cfg.model.vocab_size is not None:
         return cfg.model.vocab_size
     if cfg.data.manifest:
-        from training.data import read_manifest
+        from data_prep.manifest import read_manifest
 
         return read_manifest(cfg.data.manifest).vocab_size
     if cfg.data.tokenizer:
