@@ -37,7 +37,7 @@ def check_fraction(key: str, value: float | None) -> None:
 def check_below(key: str, value: float, low: float, high: float) -> None:
     """``value`` in ``[low, high)`` (NaN fails), e.g. an Adam beta in [0, 1)."""
     if not low <= value < high:
-        raise ValueError(f"{key}: must be in [{low}, {high}), got {value!r}")
+        raise ValueError(f"{key}: must be in [{low:g}, {high:g}), got {value!r}")
 
 
 def check_seed(key: str, seed: int) -> None:

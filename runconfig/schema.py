@@ -107,8 +107,7 @@ class ModelConfig:
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         _at_least("model.vocab_size", self.vocab_size, 1, optional=True)
         for key in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ValueError(f"model.{key}: must be in [0, 1), got {getattr(self, key)!r}")
+            check_below(f"model.{key}", getattr(self, key), 0.0, 1.0)
 
     @property
     def head_dim(self) -> int:

@@ -326,7 +326,7 @@ def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
         ("data.mock=false", "data"),
         ("model.attention_backend=fast", "model.attention_backend: must be one of"),
         # torch.optim refused these only once the run directory existed, naming no key
-        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0, 1), got 1.0"),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path, override, needle):
@@ -339,11 +339,13 @@ def test_invalid_config_names_the_key(tmp_path, override, needle):
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0.0, 1.0), got 1.0"),
-        ("optimizer.adam_beta1=-0.1", "optimizer.adam_beta1: must be in [0.0, 1.0), got -0.1"),
-        ("optimizer.adam_beta2=1.5", "optimizer.adam_beta2: must be in [0.0, 1.0), got 1.5"),
-        ("optimizer.adam_beta2=nan", "optimizer.adam_beta2: must be in [0.0, 1.0), got nan"),
+        ("optimizer.adam_beta1=1.0", "optimizer.adam_beta1: must be in [0, 1), got 1.0"),
+        ("optimizer.adam_beta1=-0.1", "optimizer.adam_beta1: must be in [0, 1), got -0.1"),
+        ("optimizer.adam_beta2=1.5", "optimizer.adam_beta2: must be in [0, 1), got 1.5"),
+        ("optimizer.adam_beta2=nan", "optimizer.adam_beta2: must be in [0, 1), got nan"),
         ("optimizer.sgd_momentum=-0.5", "optimizer.sgd_momentum: must be >= 0.0, got -0.5"),
+        ("model.hidden_dropout=1.0", "model.hidden_dropout: must be in [0, 1), got 1.0"),
+        ("model.attention_dropout=nan", "model.attention_dropout: must be in [0, 1), got nan"),
     ],
 )
 def test_optimizer_betas_and_momentum_are_checked_at_config_load(override, message):
