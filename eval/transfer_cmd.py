@@ -91,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
     parser.add_argument(
+        "--ignore-columns",
+        nargs="+",
+        default=[],
+        metavar="COL",
+        help="leave these columns of the CSV out (per-run records another tool writes, e.g. a wall time: every "
+        "column besides the contract's is otherwise read as a swept setting that defines a family)",
+    )
+    parser.add_argument(
         "--depths",
         nargs="+",
         type=int,
@@ -188,6 +196,7 @@ def write_transfer(
     target_depths: Optional[list[int]] = None,
     depths: Optional[list[int]] = None,
     slope_tolerance: Optional[float] = None,
+    ignore_columns: Optional[list[str]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
@@ -195,14 +204,14 @@ def write_transfer(
     per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
     said above it (a study's stop reason and what it spent); ``target_depths`` adds the predicted
     optimal LR at those depths; ``slope_tolerance`` is the verdict's equivalence bound (None:
-    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``). Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
+    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``); ``ignore_columns`` are left out of the CSV. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
     from eval.results import keep_depths, read_results, share_base_depth
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
-    sweep = read_results(sweep_dir)
+    sweep = read_results(sweep_dir, ignore_columns=ignore_columns or ())
     if depths:
         sweep = keep_depths(sweep, depths)
     if shared_base:
@@ -285,6 +294,7 @@ def run(args: argparse.Namespace) -> ExitCode:
             target_depths=args.target_depth,
             depths=args.depths,
             slope_tolerance=args.slope_tolerance,
+            ignore_columns=args.ignore_columns,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
