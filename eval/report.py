@@ -278,13 +278,22 @@ def prediction_dict(p: DepthPrediction) -> dict[str, Any]:
         "lack_of_fit_sd": _num(p.lack_of_fit_sd),
         "extrapolated": p.extrapolated,
         "note": p.note,
+        "measured": p.measured,  # the target depth was swept: its own optimum and regret follow
+        "measured_log2_lr": _num(p.measured_log2_lr),
+        "measured_ci_log2_lr": list(p.measured_ci) if p.measured_ci else None,
+        "measured_method": p.measured_method,
+        "measured_regret": _num(p.measured_regret),
+        "measured_regret_ci": list(p.measured_regret_ci) if p.measured_regret_ci else None,
+        "line_minus_measured_log2_lr": _num(p.log2_lr - p.measured_log2_lr),
+        "measured_note": p.measured_note,
     }
 
 
 def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     header = [
         "family", "fraction", "target L", "predicted optimal log2 LR [95% CI]", "LR",
-        "base L optimum (log2)", "regret of the base LR there (nats) [95% CI]", "note",
+        "base L optimum (log2)", "regret of the base LR there (nats) [95% CI]",
+        "measured there: optimal log2 LR [95% CI]; regret [95% CI]", "note",
     ]  # fmt: skip
     cells = [
         [
@@ -295,11 +304,23 @@ def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
             "—" if h["lr"] is None else f"{h['lr']:.3g}",
             "—" if h["base_log2_lr"] is None else f"{h['base_log2_lr']:.2f} (L={h['base_depth']})",
             _with_ci(h["regret_of_base_lr"], h["regret_ci"], ".4f"),
+            _measured_cell(h),
             h["note"] or "—",
         ]
         for h in rows
     ]
     return header, cells
+
+
+def _measured_cell(h: dict[str, Any]) -> str:
+    """The swept target depth's own optimum and regret ('not swept' otherwise)."""
+    if not h["measured"]:
+        return "not swept"
+    if h["measured_log2_lr"] is None:
+        return h["measured_note"]
+    text = f"{_with_ci(h['measured_log2_lr'], h['measured_ci_log2_lr'], '.2f')} ({h['measured_method']})"
+    regret = _with_ci(h["measured_regret"], h["measured_regret_ci"], ".4f")
+    return text + "; " + (regret if h["measured_regret"] is not None else h["measured_note"] or "—")
 
 
 def _with_ci(value: Any, ci: Any, fmt: str) -> str:

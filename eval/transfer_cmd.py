@@ -371,6 +371,7 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             f"{p.family.label:<28} {fraction_label(p.fraction):<12} L={p.depth}: optimal log2 LR {p.log2_lr:.2f}{ci}"
             f" (lr {2.0**p.log2_lr:.3g}); regret of the L={p.base_depth} LR there {regret}"
             + (" (extrapolated)" if p.extrapolated else "")
+            + (f"; {p.measured_text()}" if p.measured else "")
         )
     for g in analysis.goals:
         met = {"yes": "met", "NO": "NOT met"}.get(met_text(g), met_text(g))
