@@ -262,7 +262,26 @@ def write_transfer(
     downstream = write_downstream(sweep, out)
     if downstream is not None:
         files += ["downstream.csv", downstream.name]
+    _remove_stale(out, files)
     return TransferOutputs(analysis, files, made, failed)
+
+
+# files of ours that a run writes only sometimes (figures: not with --no-figures; heatmaps: only over
+# block multipliers; downstream: only with lm_eval.json); a rerun into the same --out removes those it did not write
+OPTIONAL_OUTPUTS: tuple[str, ...] = (
+    "fig_loss_vs_lr.png", "fig_loss_vs_lr.pdf", "fig_optimal_lr_vs_depth.png", "fig_optimal_lr_vs_depth.pdf",
+    "fig_heatmap_*.png", "fig_heatmap_*.pdf", "downstream.csv", "downstream.md",
+)  # fmt: skip
+
+
+def _remove_stale(out: Path, written: list[str]) -> None:
+    """Remove this command's optional outputs left in ``out`` by an earlier run that this one did
+    not write, so the folder holds one analysis: a rerun with ``--no-figures`` or on another
+    sweep left the earlier figures beside the new numbers. Other files are not touched."""
+    for pattern in OPTIONAL_OUTPUTS:
+        for path in out.glob(pattern):
+            if path.name not in written and path.is_file():
+                path.unlink()
 
 
 def run(args: argparse.Namespace) -> ExitCode:

@@ -788,6 +788,29 @@ def test_cli_writes_every_output(tmp_path, capsys):
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files behind
 
 
+def test_rerunning_into_the_same_out_leaves_one_analysis(tmp_path, capsys):
+    """A rerun into the same --out with --no-figures (or on a sweep without block multipliers)
+    left the earlier run's figures beside the new numbers; they are removed, the user's own files
+    are not, and the same command twice writes the same bytes."""
+    out = tmp_path / "out"
+    heatmap = make_rows(slopes={"sp": 0.5}, depths=(2, 4), seeds=(0, 1), block_multipliers=(0.5, 1.0))
+    assert main(["transfer", str(write_sweep(tmp_path / "a", heatmap)), "--out", str(out), "--bootstrap", "20"]) == 0
+    figures = sorted(p.name for p in out.glob("fig_*"))
+    assert "fig_heatmap_sp_f1.png" in figures and "fig_loss_vs_lr.pdf" in figures
+    (out / "notes.txt").write_text("mine")
+    (out / "downstream.md").write_text("from an earlier sweep")
+    plain = write_sweep(tmp_path / "b", make_rows(slopes={"sp": 0.5}, depths=(2, 4), seeds=(0, 1)))
+    args = ["transfer", str(plain), "--out", str(out), "--bootstrap", "20", "--no-figures"]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt", "report.html", "report.md", "transfer.csv", "transfer.json"
+    ]  # fmt: skip
+    first = {name: (out / name).read_bytes() for name in ("transfer.json", "transfer.csv", "report.md")}
+    assert main(args) == 0
+    assert {name: (out / name).read_bytes() for name in first} == first
+    capsys.readouterr()
+
+
 def test_cli_registry_answers_for_commands_not_built_yet(monkeypatch, capsys):
     import eval.__main__ as cli
 
