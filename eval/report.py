@@ -174,7 +174,7 @@ def regret_marks(r: FractionResult, d: DepthResult | None) -> dict[str, list[str
 def max_regret_marks(r: FractionResult) -> dict[str, list[str]]:
     if not math.isfinite(r.max_regret):
         return optimum_marks([])
-    worst = max((d for d in r.depths if math.isfinite(d.regret)), key=lambda d: d.regret)
+    worst = max((d for d in r.depths if math.isfinite(d.regret) and not d.is_base), key=lambda d: d.regret)
     return regret_marks(r, worst)
 
 
@@ -219,6 +219,8 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
     for r in analysis.results:
         found = [d for d in r.depths if d.optimum.found]
         deepest = found[-1] if found else None
+        # the base depth's regret is 0 by construction: as the deepest depth's it would read "no cost"
+        regret_at = deepest if deepest is not None and not deepest.is_base else None
         gap = next((g for g in analysis.gaps if g.family == r.family and g.fraction == r.fraction), None)
         s = r.slope
         rows.append(
@@ -233,17 +235,23 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "deepest_depth": deepest.depth if deepest else None,
                 "deepest_opt_log2_lr": _num(deepest.optimum.log2_lr) if deepest else None,
                 "deepest_opt_ci": list(deepest.opt_ci) if deepest and deepest.opt_ci else None,
-                "regret_at_deepest": _num(deepest.regret) if deepest else None,
-                "regret_at_deepest_ci": list(deepest.regret_ci) if deepest and deepest.regret_ci else None,
+                "regret_at_deepest": _num(regret_at.regret) if regret_at else None,
+                "regret_at_deepest_ci": list(regret_at.regret_ci) if regret_at and regret_at.regret_ci else None,
                 "gap_reference": gap.reference.label if gap else None,
                 "gap_depth": gap.depth if gap else None,
                 "loss_gap": _num(gap.gap) if gap else None,
                 "loss_gap_ci": list(gap.ci) if gap and gap.ci else None,
-                "regret_at_deepest_status": deepest.regret_status if deepest else None,
+                "regret_at_deepest_status": (
+                    "base_depth"
+                    if deepest is not None and deepest.is_base
+                    else regret_at.regret_status
+                    if regret_at
+                    else None
+                ),
                 "marks": {
                     "slope": slope_marks(r),
                     "deepest_opt": optimum_marks([deepest]),
-                    "regret_at_deepest": regret_marks(r, deepest),
+                    "regret_at_deepest": regret_marks(r, regret_at),
                     "loss_gap": gap_marks(analysis, gap) if gap else optimum_marks([]),
                 },
             }
@@ -346,6 +354,8 @@ def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str
         regret = marked(h, h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f", "regret_at_deepest")
         if h["regret_at_deepest"] is None and h.get("regret_at_deepest_status") == "diverged":
             regret = "diverged (the base LR)"
+        if h.get("regret_at_deepest_status") == "base_depth":
+            regret = "— (the base depth)"
         cells.append(
             [
                 h["family"],

@@ -201,10 +201,12 @@ class FractionResult:
     def max_regret(self) -> float:
         """The largest regret over the depths, NaN when the base LR diverged at any depth (no
         number: that transfer failed, :attr:`regret_diverged_at`) or no regret was measured.
-        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`)."""
+        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`),
+        and so is the base depth (0 by construction): with no other depth there is no number,
+        where "0.0000" read as "transfers at no cost"."""
         if self.regret_diverged_at:
             return math.nan
-        vals = [d.regret for d in self.depths if math.isfinite(d.regret)]
+        vals = [d.regret for d in self.depths if math.isfinite(d.regret) and not d.is_base]
         return max(vals) if vals else math.nan
 
     def max_regret_text(self, fmt: str = ".4f") -> str:
@@ -216,6 +218,8 @@ class FractionResult:
             text = f"diverged at L={', '.join(map(str, self.regret_diverged_at))}"
             return text + (f"; {unmeasured}" if unmeasured else "")
         if not math.isfinite(self.max_regret):
+            if not unmeasured and not any(d.optimum.found for d in self.depths if not d.is_base):
+                return f"n/a (no depth besides the base L={self.base_depth})"
             return unmeasured or "n/a"
         return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 

@@ -543,6 +543,15 @@ def test_single_depth_preset_has_no_slope(tmp_path):
     assert "single depth L=8 in this family: no slope" in notes_text(analysis)
     # base_num_layers=2 was not swept for this family -> smallest depth, with a note
     assert result.base_depth == 8 and "was not swept" in notes_text(analysis)
+    # its only regret is the base depth's 0 by construction: no max regret (it read "0.0000", no cost)
+    assert d8.regret == 0.0 and math.isnan(result.max_regret)
+    assert result.max_regret_text() == "n/a (no depth besides the base L=8)"
+    from eval.report import headline_rows
+
+    row = next(h for h in headline_rows(analysis) if h["family"] == "ode" and h["fraction"] == 1.0)
+    assert row["regret_at_deepest"] is None and row["regret_at_deepest_status"] == "base_depth"
+    sp = next(r for r in analysis.results if r.family.preset == "sp" and r.fraction == 1.0)
+    assert sp.max_regret == max(d.regret for d in sp.depths) > 0  # a family with several depths: unchanged
 
 
 def test_pending_runs_are_ignored_and_counted(tmp_path):
