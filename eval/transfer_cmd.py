@@ -353,10 +353,25 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
     ]
 
 
+def _interval_line(analysis: TransferAnalysis) -> str:
+    """How the printed intervals were made and on how many seeds, so they can be judged from stdout."""
+    st = analysis.settings
+    counts = [d.seed_counts for r in analysis.results for d in r.depths if d.optimum.found]
+    seeds = f"{min(c[0] for c in counts)}-{max(c[1] for c in counts)}" if counts else "none"
+    if not st.get("bootstrap_samples"):
+        return f"intervals: none (--bootstrap 0); usable seeds per (depth, LR) cell: {seeds}"
+    return (
+        f"intervals: {st['ci_level']:g}% percentile, {st['bootstrap_samples']} seed-bootstrap draws (pooled residuals "
+        f"of each curve, --seed-model {st['seed_model']}, RNG seed {st['bootstrap_seed']}); usable seeds per "
+        f"(depth, LR) cell: {seeds}; none where a family has one seed per cell (docs/eval.md)"
+    )
+
+
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
     from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
 
+    print(_interval_line(analysis))
     marked = False
     for r in analysis.results:
         s = r.slope

@@ -773,6 +773,12 @@ def test_cli_writes_every_output(tmp_path, capsys):
     assert main(["transfer", str(sweep), "--out", str(out), "--bootstrap", "50", "--fractions", "0.5", "1.0"]) == 0
     stdout = capsys.readouterr().out
     assert "sp" in stdout and "slope" in stdout
+    # the intervals' method and seed counts are on stdout, not only in the report (one run is pending)
+    assert stdout.splitlines()[0] == (
+        "intervals: 95% percentile, 50 seed-bootstrap draws (pooled residuals of each curve, --seed-model "
+        "independent, RNG seed 0); usable seeds per (depth, LR) cell: 1-2; none where a family has one seed per "
+        "cell (docs/eval.md)"
+    )
     data = json.loads((out / "transfer.json").read_text())
     assert data["fractions"] == [0.5, 1.0]
     assert data["counts"] == {"runs": len(rows) // 2, "pending_runs": 1, "shared_base_rows": 0}
