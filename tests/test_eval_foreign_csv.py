@@ -144,3 +144,43 @@ def test_a_per_eval_column_is_named_with_the_option_that_leaves_it_out(tmp_path)
         "such as this out with --ignore-columns train_loss)"
     )
     assert len(read_results(path, ignore_columns=["train_loss"]).rows) == 2
+
+
+def test_figures_of_families_with_two_swept_keys_keep_titles_and_legends_apart(tmp_path):
+    """fig10's families carry two swept keys (``sp (model.block=linear1, model.linear1_phi=abs)``):
+    the loss panels' titles ran into each other and the optimum figure's legends covered the data
+    and the next panel (matplotlib: "constrained_layout not applied"). Titles and legends now keep
+    clear of each other and of the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from eval.plots import plot_loss_vs_lr, plot_optimal_lr_vs_depth
+
+    rows = []
+    for block, phi in (("standard", "relu"), ("linear1", "abs")):
+        rows += [{**r, "model.block": block, "model.linear1_phi": phi, "run_id": f"{r['run_id']}-{block}"}
+                 for r in make_rows(**ROWS)]  # fmt: skip
+    path = tmp_path / "results.csv"
+    path.write_text(_csv_text(rows, [*HEADER[:8], "model.block", "model.linear1_phi", *HEADER[8:]]))
+    analysis = analyze(read_results(path), n_boot=20)
+    assert "sp (model.block=linear1, model.linear1_phi=abs)" in {f.label for f in analysis.families}
+
+    def overlap(a, b) -> bool:
+        return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+    loss = plot_loss_vs_lr(analysis)
+    canvas = FigureCanvasAgg(loss)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    titles = [ax.title.get_window_extent(renderer) for ax in loss.axes if ax.get_title()]
+    assert len(titles) == 4 * 2
+    assert not any(overlap(a, b) for i, a in enumerate(titles) for b in titles[i + 1 :])
+    assert all(t.x0 >= 0 and t.x1 <= loss.bbox.width for t in titles)
+    optima = plot_optimal_lr_vs_depth(analysis)
+    canvas = FigureCanvasAgg(optima)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    axes = [ax.get_window_extent(renderer) for ax in optima.axes]
+    legends = [ax.get_legend().get_window_extent(renderer) for ax in optima.axes]
+    assert not any(overlap(leg, ax) for leg in legends for ax in axes)
+    assert not overlap(legends[0], legends[1])
+    assert all(leg.x0 >= 0 and leg.x1 <= optima.bbox.width and leg.y0 >= 0 for leg in legends)
