@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from eval.results import FRACTION_ATOL, SweepResults
+from eval.results import FAMILY_KEYS, FRACTION_ATOL, SweepResults
 
-BASE_FAMILY_COLUMNS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
+BASE_FAMILY_COLUMNS: tuple[str, ...] = FAMILY_KEYS  # eval.results owns what a family is
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
     "preset",

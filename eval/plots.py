@@ -33,6 +33,23 @@ DIVERGED_Y = 0.96  # axes-fraction height of the first row of "diverged" markers
 DIVERGED_STEP = 0.035  # and the step down per depth
 
 
+def panel_title(family: str, fraction: str, width: int = 48) -> str:
+    """``family — fraction`` on one line, or the family's label wrapped at its commas over
+    lines of at most ``width`` characters: a family with two swept keys (fig10's
+    ``depth_mup (model.block=linear1, model.linear1_phi=abs)``) ran over its neighbour's title."""
+    title = f"{family} — {fraction}"
+    if len(title) <= width:
+        return title
+    lines, line = [], ""
+    for part in [p + "," for p in family.split(",")[:-1]] + [family.split(",")[-1] + f" — {fraction}"]:
+        if line and len(line) + len(part) > width:
+            lines.append(line.rstrip())
+            line = part.lstrip()
+        else:
+            line += part
+    return "\n".join([*lines, line.strip()])
+
+
 def depth_colors(depths: list[int]) -> dict[int, tuple]:
     """A fixed colour per depth (sequential colormap, shallow = dark), shared by every panel."""
     cmap = colormaps[DEPTH_CMAP]
@@ -96,7 +113,7 @@ def plot_loss_vs_lr(analysis: TransferAnalysis) -> Figure:
 
 
 def _loss_panel(ax: Axes, result: FractionResult, colors: dict[int, tuple], ylim: tuple[float, float] | None) -> None:
-    ax.set_title(f"{result.family.label} — {fraction_label(result.fraction)}", fontsize="medium")
+    ax.set_title(panel_title(result.family.label, fraction_label(result.fraction)), fontsize="medium")
     ax.set_xlabel(LR_LABEL)
     ax.set_ylabel(LOSS_LABEL)
     ax.grid(True, alpha=0.3, linewidth=0.6)
@@ -180,7 +197,10 @@ def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
     """Optimal log2 LR against depth (log2 axis), one line per family with its fitted slope and CI; one panel per fraction."""
     fractions = analysis.fractions
     ncols = max(1, len(fractions))
-    fig = Figure(figsize=(5.2 * ncols, 4.4), layout="constrained")
+    # the legend goes under each panel, one entry per family (two lines when the label is long): the
+    # figure grows with it instead of the legend covering the data and running into the next panel
+    legend_lines = sum(1 + (len(f.label) > LEGEND_WRAP) for f in analysis.families)
+    fig = Figure(figsize=(5.2 * ncols, 4.4 + 0.2 * legend_lines), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     colors = family_colors(analysis.families)
     all_depths = sorted({d.depth for r in analysis.results for d in r.depths})
@@ -196,7 +216,7 @@ def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
         ax.set_title(f"Optimal LR vs depth — {fraction_label(fraction)}", fontsize="medium")
         ax.grid(True, alpha=0.3, linewidth=0.6)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small", loc="best")
+            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
         else:
             ax.text(0.5, 0.5, "no optimum found", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(
@@ -206,11 +226,15 @@ def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
     return fig
 
 
+LEGEND_WRAP = 24  # a family label longer than this puts its slope on a second legend line
+
+
 def slope_legend(result: FractionResult) -> str:
     s = result.slope
+    sep = ":\n" if len(result.family.label) > LEGEND_WRAP else ": "
     if not s.available:
-        return f"{result.family.label}: no slope"
-    text = f"{result.family.label}: slope {s.slope:+.3f}"
+        return f"{result.family.label}{sep}no slope"
+    text = f"{result.family.label}{sep}slope {s.slope:+.3f}"
     return text + (f" [95% CI {s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)")
 
 

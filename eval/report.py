@@ -174,7 +174,7 @@ def regret_marks(r: FractionResult, d: DepthResult | None) -> dict[str, list[str
 def max_regret_marks(r: FractionResult) -> dict[str, list[str]]:
     if not math.isfinite(r.max_regret):
         return optimum_marks([])
-    worst = max((d for d in r.depths if math.isfinite(d.regret)), key=lambda d: d.regret)
+    worst = max((d for d in r.depths if math.isfinite(d.regret) and not d.is_base), key=lambda d: d.regret)
     return regret_marks(r, worst)
 
 
@@ -219,6 +219,8 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
     for r in analysis.results:
         found = [d for d in r.depths if d.optimum.found]
         deepest = found[-1] if found else None
+        # the base depth's regret is 0 by construction: as the deepest depth's it would read "no cost"
+        regret_at = deepest if deepest is not None and not deepest.is_base else None
         gap = next((g for g in analysis.gaps if g.family == r.family and g.fraction == r.fraction), None)
         s = r.slope
         rows.append(
@@ -233,17 +235,23 @@ def headline_rows(analysis: TransferAnalysis) -> list[dict[str, Any]]:
                 "deepest_depth": deepest.depth if deepest else None,
                 "deepest_opt_log2_lr": _num(deepest.optimum.log2_lr) if deepest else None,
                 "deepest_opt_ci": list(deepest.opt_ci) if deepest and deepest.opt_ci else None,
-                "regret_at_deepest": _num(deepest.regret) if deepest else None,
-                "regret_at_deepest_ci": list(deepest.regret_ci) if deepest and deepest.regret_ci else None,
+                "regret_at_deepest": _num(regret_at.regret) if regret_at else None,
+                "regret_at_deepest_ci": list(regret_at.regret_ci) if regret_at and regret_at.regret_ci else None,
                 "gap_reference": gap.reference.label if gap else None,
                 "gap_depth": gap.depth if gap else None,
                 "loss_gap": _num(gap.gap) if gap else None,
                 "loss_gap_ci": list(gap.ci) if gap and gap.ci else None,
-                "regret_at_deepest_status": deepest.regret_status if deepest else None,
+                "regret_at_deepest_status": (
+                    "base_depth"
+                    if deepest is not None and deepest.is_base
+                    else regret_at.regret_status
+                    if regret_at
+                    else None
+                ),
                 "marks": {
                     "slope": slope_marks(r),
                     "deepest_opt": optimum_marks([deepest]),
-                    "regret_at_deepest": regret_marks(r, deepest),
+                    "regret_at_deepest": regret_marks(r, regret_at),
                     "loss_gap": gap_marks(analysis, gap) if gap else optimum_marks([]),
                 },
             }
@@ -278,13 +286,22 @@ def prediction_dict(p: DepthPrediction) -> dict[str, Any]:
         "lack_of_fit_sd": _num(p.lack_of_fit_sd),
         "extrapolated": p.extrapolated,
         "note": p.note,
+        "measured": p.measured,  # the target depth was swept: its own optimum and regret follow
+        "measured_log2_lr": _num(p.measured_log2_lr),
+        "measured_ci_log2_lr": list(p.measured_ci) if p.measured_ci else None,
+        "measured_method": p.measured_method,
+        "measured_regret": _num(p.measured_regret),
+        "measured_regret_ci": list(p.measured_regret_ci) if p.measured_regret_ci else None,
+        "line_minus_measured_log2_lr": _num(p.log2_lr - p.measured_log2_lr),
+        "measured_note": p.measured_note,
     }
 
 
 def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     header = [
         "family", "fraction", "target L", "predicted optimal log2 LR [95% CI]", "LR",
-        "base L optimum (log2)", "regret of the base LR there (nats) [95% CI]", "note",
+        "base L optimum (log2)", "regret of the base LR there (nats) [95% CI]",
+        "measured there: optimal log2 LR [95% CI]; regret [95% CI]", "note",
     ]  # fmt: skip
     cells = [
         [
@@ -295,11 +312,23 @@ def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
             "—" if h["lr"] is None else f"{h['lr']:.3g}",
             "—" if h["base_log2_lr"] is None else f"{h['base_log2_lr']:.2f} (L={h['base_depth']})",
             _with_ci(h["regret_of_base_lr"], h["regret_ci"], ".4f"),
+            _measured_cell(h),
             h["note"] or "—",
         ]
         for h in rows
     ]
     return header, cells
+
+
+def _measured_cell(h: dict[str, Any]) -> str:
+    """The swept target depth's own optimum and regret ('not swept' otherwise)."""
+    if not h["measured"]:
+        return "not swept"
+    if h["measured_log2_lr"] is None:
+        return h["measured_note"]
+    text = f"{_with_ci(h['measured_log2_lr'], h['measured_ci_log2_lr'], '.2f')} ({h['measured_method']})"
+    regret = _with_ci(h["measured_regret"], h["measured_regret_ci"], ".4f")
+    return text + "; " + (regret if h["measured_regret"] is not None else h["measured_note"] or "—")
 
 
 def _with_ci(value: Any, ci: Any, fmt: str) -> str:
@@ -325,6 +354,8 @@ def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str
         regret = marked(h, h["regret_at_deepest"], h["regret_at_deepest_ci"], ".4f", "regret_at_deepest")
         if h["regret_at_deepest"] is None and h.get("regret_at_deepest_status") == "diverged":
             regret = "diverged (the base LR)"
+        if h.get("regret_at_deepest_status") == "base_depth":
+            regret = "— (the base depth)"
         cells.append(
             [
                 h["family"],

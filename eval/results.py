@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from rundir.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, TAIL_COLUMNS
@@ -88,30 +89,44 @@ def _parse_int(text: str, where: str, *, allow_empty: bool = False, minimum: int
     return int(value)
 
 
-def read_results(path: str | Path) -> SweepResults:
-    """Parse and validate ``path`` (a ``results.csv`` or the sweep directory holding one)."""
+def read_results(path: str | Path, ignore_columns: list[str] | tuple[str, ...] = ()) -> SweepResults:
+    """Parse and validate ``path`` (a ``results.csv`` or the sweep directory holding one).
+
+    Any file name is read as the table (a file another tool wrote, e.g. ``sweep.tsv``); the
+    delimiter is a comma, or a tab when the header holds tabs and no comma (one reading, no
+    guess). A UTF-8 byte-order mark (Excel's "CSV UTF-8") is not part of the first column's
+    name. ``ignore_columns`` are left out before anything else is read (``eval transfer
+    --ignore-columns``: per-run records another tool writes, which are no swept keys).
+    """
     path = Path(path)
-    if path.is_dir() or path.suffix != ".csv":
-        if not path.is_dir():
-            raise ResultsError(f"{path / RESULTS_FILE}: file not found (no sweep directory {path})")
+    if path.is_dir():
         path = path / RESULTS_FILE
+    elif not path.exists() and not path.suffix:
+        raise ResultsError(f"{path / RESULTS_FILE}: file not found (no sweep directory {path})")
     if not path.is_file():
         inner = path.parent / "sweep" / RESULTS_FILE  # a study's --out holds its sweep there
         if path.name == RESULTS_FILE and inner.is_file():
             raise ResultsError(f"{path}: file not found; {inner} is there: give {inner.parent} (a study's sweep)")
+        if path.name != RESULTS_FILE:
+            raise ResultsError(f"{path}: file not found")
         raise ResultsError(f"{path}: file not found (run `python -m launch status SWEEP_DIR` to write it)")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a leading byte-order mark is dropped
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path}: cannot read: {exc}") from exc
     if not text.strip():
         raise ResultsError(f"{path}: file is empty (expected a header line and one row per run and eval point)")
+    lines = text.splitlines()
+    delimiter = _delimiter(path, lines[0])
     try:
-        records = list(csv.reader(text.splitlines()))
+        records = list(csv.reader(lines, delimiter=delimiter))
     except csv.Error as exc:
         raise ResultsError(f"{path}: not valid CSV: {exc}") from exc
     header = [h.strip() for h in records[0]]
     warnings: list[str] = []
+    if ignore_columns:
+        records = _drop_columns(path, header, records, ignore_columns, warnings)
+        header = [h.strip() for h in records[0]]
     _check_header(path, header, warnings)
     body = [(i + 2, rec) for i, rec in enumerate(records[1:]) if any(cell.strip() for cell in rec)]
     if not body:
@@ -121,7 +136,40 @@ def read_results(path: str | Path) -> SweepResults:
     rows = pd.DataFrame(parsed)
     _check_run_consistency(path, rows, extra_keys)
     check_duplicates(path, rows, extra_keys)
+    check_lr_grid(path, rows, extra_keys)
+    check_extra_keys_split_curves(path, rows, extra_keys)
     return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings)
+
+
+def _delimiter(path: Path, header_line: str) -> str:
+    """``,``; a tab when the header has tabs and no comma. A header that is one field holding
+    ``;`` (a spreadsheet's locale CSV, whose numbers may carry decimal commas) is refused."""
+    if "," in header_line:
+        return ","
+    if "\t" in header_line:
+        return "\t"
+    if ";" in header_line:
+        raise ResultsError(
+            f"{path}: line 1 (header): fields are separated by ';'; write the table with ',' (or tabs) "
+            "between fields and '.' as the decimal point"
+        )
+    return ","
+
+
+def _drop_columns(
+    path: Path, header: list[str], records: list[list[str]], ignore: list[str] | tuple[str, ...], warnings: list[str]
+) -> list[list[str]]:
+    required = {"run_id", *CANONICAL_COLUMNS, *TAIL_COLUMNS}
+    if bad := [c for c in ignore if c in required]:
+        raise ResultsError(f"--ignore-columns {bad}: the analysis needs these columns of {path}")
+    if unknown := [c for c in ignore if c not in header]:
+        raise ResultsError(f"{path}: line 1 (header): --ignore-columns {unknown} not in the header {header}")
+    keep = [i for i, h in enumerate(header) if h not in ignore]
+    for line, rec in enumerate(records[1:], start=2):
+        if len(rec) != len(header) and any(cell.strip() for cell in rec):
+            raise ResultsError(f"{path}: line {line}: has {len(rec)} fields, the header has {len(header)}")
+    warnings.append(f"{path}: column(s) {list(ignore)} left out (--ignore-columns)")
+    return [[rec[i] for i in keep] if len(rec) == len(header) else rec for rec in records]
 
 
 def results_from_records(path: str | Path, records: list[dict], extra_keys: list[str] | None = None) -> SweepResults:
@@ -183,7 +231,8 @@ def _parse_row(path: Path, header: list[str], line: int, rec: list[str], extra_k
         raise ResultsError(f"{where('parametrization.preset')}: empty")
     lr = _parse_float(cells["optimizer.lr"], where("optimizer.lr"), allow_empty=False)
     if not (math.isfinite(lr) and lr > 0):
-        raise ResultsError(f"{where('optimizer.lr')}: {cells['optimizer.lr']!r} must be a positive finite number")
+        hint = " (the LR itself, not its logarithm: write 2**x for a log2 LR x)" if lr < 0 else ""
+        raise ResultsError(f"{where('optimizer.lr')}: {cells['optimizer.lr']!r} must be a positive finite number{hint}")
     block_multiplier = _parse_float(
         cells["parametrization.block_multiplier"], where("parametrization.block_multiplier"), allow_empty=False
     )
@@ -230,13 +279,77 @@ def _check_run_consistency(path: Path, rows: pd.DataFrame, extra_keys: list[str]
             if group[key].nunique(dropna=False) > 1:
                 lines = group["line"].tolist()
                 values = group[key].tolist()
+                hint = (
+                    f" (a column besides the contract's is read as a swept setting, one value per run; leave a "
+                    f"per-eval record such as this out with --ignore-columns {key})"
+                    if key in extra_keys
+                    else ""
+                )
                 raise ResultsError(
                     f"{path}: run '{run_id}' has different values of column "
-                    f"'{_contract_name(key)}' on lines {lines}: {values}"
+                    f"'{_contract_name(key)}' on lines {lines}: {values}{hint}"
                 )
 
 
 CONFIG_KEYS: tuple[str, ...] = ("preset", "depth", "lr", "seed", "block_multiplier", "base_depth", "hidden_size")
+# the canonical columns that, with every other swept key, make a family (runs compared across depth; eval.curves)
+FAMILY_KEYS: tuple[str, ...] = ("preset", "hidden_size", "block_multiplier")
+# two distinct LRs of one curve closer than this (octaves; 3.5%) are one LR written with different precision
+LR_MIN_STEP_OCTAVES = 0.05
+
+
+def check_lr_grid(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None:
+    """Two LRs of one curve (same family and depth) less than :data:`LR_MIN_STEP_OCTAVES` apart
+    are refused: another tool that writes some runs' LR rounded (``0.00195`` beside
+    ``0.001953125``) would otherwise make two grid points 0.003 octave apart, and the
+    quadratic through them extrapolates wildly (a regret of 77 nats on the KJV study's rows)."""
+    runs = rows.drop_duplicates("run_id")
+    for _, group in runs.groupby([*FAMILY_KEYS, *extra_keys, "depth"], sort=False, dropna=False):
+        lrs = np.unique(group["lr"].to_numpy(dtype=float))
+        steps = np.diff(np.log2(lrs))
+        if not steps.size or steps.min() >= LR_MIN_STEP_OCTAVES:
+            continue
+        i = int(np.argmin(steps))
+        a, b = float(lrs[i]), float(lrs[i + 1])
+        (line_a, a), (line_b, b) = sorted((int(group.loc[group["lr"] == v, "line"].min()), v) for v in (a, b))
+        raise ResultsError(
+            f"{path}: lines {line_a} and {line_b}, column 'optimizer.lr': {a!r} and {b!r} are {steps[i]:.3g} octave "
+            f"apart at the same preset, depth and family (parametrization.preset={group['preset'].iloc[0]}, "
+            f"model.num_layers={group['depth'].iloc[0]}): one LR written with different precision? Write every LR "
+            f"with the same digits (the analysis would fit two grid points {steps[i]:.3g} octave apart)"
+        )
+
+
+def check_extra_keys_split_curves(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None:
+    """Refuse an extra column that leaves every loss-vs-LR curve with one LR.
+
+    Every column besides the contract's is a swept setting that splits the runs into families.
+    A per-run record another tool writes (a wall time, a token count, a minimum LR derived from
+    the LR) takes a different value for every LR, so each family would hold one LR per depth:
+    no optimum anywhere, and an analysis of nothing that exits 0 (on the KJV study's rows with
+    ``optimizer.min_lr = lr / 10`` every family read "consistent with transfer", CI [0, 0]).
+    Refused when the runs do have two LRs at a depth without the extra columns."""
+    varying = [k for k in extra_keys if rows[k].nunique(dropna=False) > 1]
+    if not varying:
+        return
+    runs = rows.drop_duplicates("run_id")
+    by_curve = [*FAMILY_KEYS, "depth"]
+
+    def most_lrs(columns: list[str]) -> int:
+        return int(runs.groupby(columns, sort=False, dropna=False)["lr"].nunique().max())
+
+    if most_lrs([*by_curve, *extra_keys]) > 1 or most_lrs(by_curve) < 2:
+        return
+    culprits = [k for k in varying if most_lrs([*by_curve, k]) <= 1] or varying
+    named = ", ".join(f"'{k}'" for k in culprits)
+    n = len(culprits)
+    raise ResultsError(
+        f"{path}: column{'s' if n > 1 else ''} {named} split{'' if n > 1 else 's'} every loss-vs-LR curve into single "
+        f"LRs: no two runs with the same preset, depth, width, block multiplier and {named} have different LRs "
+        f"({runs[culprits[0]].nunique()} distinct values of '{culprits[0]}' over {len(runs)} runs). A column besides "
+        "the contract's is read as a swept setting that defines a family; a per-run record (a time, a count, a value "
+        f"derived from the LR) is none: leave it out with --ignore-columns {' '.join(culprits)}"
+    )
 
 
 def check_duplicates(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None:

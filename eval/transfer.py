@@ -9,7 +9,7 @@ log2 LR is flat in log2 depth (slope ~ 0, small drift) and the regret stays ~ 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,10 +201,12 @@ class FractionResult:
     def max_regret(self) -> float:
         """The largest regret over the depths, NaN when the base LR diverged at any depth (no
         number: that transfer failed, :attr:`regret_diverged_at`) or no regret was measured.
-        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`)."""
+        Depths without a regret for another reason are left out (:attr:`regret_not_measured_at`),
+        and so is the base depth (0 by construction): with no other depth there is no number,
+        where "0.0000" read as "transfers at no cost"."""
         if self.regret_diverged_at:
             return math.nan
-        vals = [d.regret for d in self.depths if math.isfinite(d.regret)]
+        vals = [d.regret for d in self.depths if math.isfinite(d.regret) and not d.is_base]
         return max(vals) if vals else math.nan
 
     def max_regret_text(self, fmt: str = ".4f") -> str:
@@ -216,6 +218,8 @@ class FractionResult:
             text = f"diverged at L={', '.join(map(str, self.regret_diverged_at))}"
             return text + (f"; {unmeasured}" if unmeasured else "")
         if not math.isfinite(self.max_regret):
+            if not unmeasured and not any(d.optimum.found for d in self.depths if not d.is_base):
+                return f"n/a (no depth besides the base L={self.base_depth})"
             return unmeasured or "n/a"
         return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 
@@ -804,6 +808,36 @@ class DepthPrediction:
     lack_of_fit_sd: float
     extrapolated: bool  # beyond the swept depths
     note: str = ""
+    # the target depth was swept: what was measured there (its own optimum and regret, with their CIs), so the
+    # line's reading is compared with the measurement instead of standing in for it
+    measured: bool = False
+    measured_log2_lr: float = math.nan
+    measured_ci: tuple[float, float] | None = None
+    measured_method: str | None = None
+    measured_regret: float = math.nan
+    measured_regret_ci: tuple[float, float] | None = None
+    measured_note: str = ""
+
+    def measured_text(self) -> str:
+        """``measured there: optimal log2 LR -6.78 [-7.10, -6.50] (quadratic), regret of the L=2 LR 0.0350
+        [0.0002, 0.2143]; the line is 0.69 octave below it`` ('' when the depth was not swept)."""
+        if not self.measured:
+            return ""
+        if not math.isfinite(self.measured_log2_lr):
+            return f"measured there: {self.measured_note}"
+        ci = f" [{self.measured_ci[0]:.2f}, {self.measured_ci[1]:.2f}]" if self.measured_ci else " (no CI)"
+        text = f"measured there: optimal log2 LR {self.measured_log2_lr:.2f}{ci} ({self.measured_method})"
+        if math.isfinite(self.measured_regret):
+            rci = (
+                f" [{self.measured_regret_ci[0]:.4f}, {self.measured_regret_ci[1]:.4f}]"
+                if self.measured_regret_ci
+                else ""
+            )
+            text += f", regret of the L={self.base_depth} LR {self.measured_regret:.4f}{rci}"
+        diff = self.log2_lr - self.measured_log2_lr
+        if math.isfinite(diff):
+            text += f"; the line is {abs(diff):.2f} octave {'above' if diff > 0 else 'below'} it"
+        return text
 
 
 def predict_at_depths(analysis: TransferAnalysis, depths: list[int], seed: int = 0) -> list[DepthPrediction]:
@@ -820,6 +854,26 @@ def predict_at_depths(analysis: TransferAnalysis, depths: list[int], seed: int =
 
 
 def _predict(r: FractionResult, depth: int, rng: np.random.Generator) -> DepthPrediction:
+    prediction = _predict_from_trend(r, depth, rng)
+    swept = next((d for d in r.depths if d.depth == depth), None)
+    if swept is None:
+        return prediction
+    if not swept.optimum.found:
+        return replace(prediction, measured=True, measured_note=f"L={depth} was swept but has no usable point")
+    ok = swept.regret_status == "ok"
+    return replace(
+        prediction,
+        measured=True,
+        measured_log2_lr=swept.optimum.log2_lr,
+        measured_ci=swept.opt_ci,
+        measured_method=swept.optimum.method + (f", {swept.optimum.edge} edge" if swept.optimum.edge else ""),
+        measured_regret=swept.regret if ok else math.nan,
+        measured_regret_ci=swept.regret_ci if ok else None,
+        measured_note="" if ok else f"no measured regret ({swept.regret_status})",
+    )
+
+
+def _predict_from_trend(r: FractionResult, depth: int, rng: np.random.Generator) -> DepthPrediction:
     found = [d for d in r.depths if d.optimum.found]
     base = r.base if r.base is not None and r.base.optimum.found else None
     base_x = base.optimum.log2_lr if base else math.nan

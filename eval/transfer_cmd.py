@@ -91,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
     parser.add_argument(
+        "--ignore-columns",
+        nargs="+",
+        default=[],
+        metavar="COL",
+        help="leave these columns of the CSV out (per-run records another tool writes, e.g. a wall time: every "
+        "column besides the contract's is otherwise read as a swept setting that defines a family)",
+    )
+    parser.add_argument(
         "--depths",
         nargs="+",
         type=int,
@@ -188,6 +196,7 @@ def write_transfer(
     target_depths: Optional[list[int]] = None,
     depths: Optional[list[int]] = None,
     slope_tolerance: Optional[float] = None,
+    ignore_columns: Optional[list[str]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
@@ -195,14 +204,14 @@ def write_transfer(
     per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
     said above it (a study's stop reason and what it spent); ``target_depths`` adds the predicted
     optimal LR at those depths; ``slope_tolerance`` is the verdict's equivalence bound (None:
-    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``). Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
+    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``); ``ignore_columns`` are left out of the CSV. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
     from eval.results import keep_depths, read_results, share_base_depth
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
-    sweep = read_results(sweep_dir)
+    sweep = read_results(sweep_dir, ignore_columns=ignore_columns or ())
     if depths:
         sweep = keep_depths(sweep, depths)
     if shared_base:
@@ -253,7 +262,26 @@ def write_transfer(
     downstream = write_downstream(sweep, out)
     if downstream is not None:
         files += ["downstream.csv", downstream.name]
+    _remove_stale(out, files)
     return TransferOutputs(analysis, files, made, failed)
+
+
+# files of ours that a run writes only sometimes (figures: not with --no-figures; heatmaps: only over
+# block multipliers; downstream: only with lm_eval.json); a rerun into the same --out removes those it did not write
+OPTIONAL_OUTPUTS: tuple[str, ...] = (
+    "fig_loss_vs_lr.png", "fig_loss_vs_lr.pdf", "fig_optimal_lr_vs_depth.png", "fig_optimal_lr_vs_depth.pdf",
+    "fig_heatmap_*.png", "fig_heatmap_*.pdf", "downstream.csv", "downstream.md",
+)  # fmt: skip
+
+
+def _remove_stale(out: Path, written: list[str]) -> None:
+    """Remove this command's optional outputs left in ``out`` by an earlier run that this one did
+    not write, so the folder holds one analysis: a rerun with ``--no-figures`` or on another
+    sweep left the earlier figures beside the new numbers. Other files are not touched."""
+    for pattern in OPTIONAL_OUTPUTS:
+        for path in out.glob(pattern):
+            if path.name not in written and path.is_file():
+                path.unlink()
 
 
 def run(args: argparse.Namespace) -> ExitCode:
@@ -285,6 +313,7 @@ def run(args: argparse.Namespace) -> ExitCode:
             target_depths=args.target_depth,
             depths=args.depths,
             slope_tolerance=args.slope_tolerance,
+            ignore_columns=args.ignore_columns,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -324,10 +353,25 @@ def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[],
     ]
 
 
+def _interval_line(analysis: TransferAnalysis) -> str:
+    """How the printed intervals were made and on how many seeds, so they can be judged from stdout."""
+    st = analysis.settings
+    counts = [d.seed_counts for r in analysis.results for d in r.depths if d.optimum.found]
+    seeds = f"{min(c[0] for c in counts)}-{max(c[1] for c in counts)}" if counts else "none"
+    if not st.get("bootstrap_samples"):
+        return f"intervals: none (--bootstrap 0); usable seeds per (depth, LR) cell: {seeds}"
+    return (
+        f"intervals: {st['ci_level']:g}% percentile, {st['bootstrap_samples']} seed-bootstrap draws (pooled residuals "
+        f"of each curve, --seed-model {st['seed_model']}, RNG seed {st['bootstrap_seed']}); usable seeds per "
+        f"(depth, LR) cell: {seeds}; none where a family has one seed per cell (docs/eval.md)"
+    )
+
+
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
     from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
 
+    print(_interval_line(analysis))
     marked = False
     for r in analysis.results:
         s = r.slope
@@ -361,6 +405,7 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             f"{p.family.label:<28} {fraction_label(p.fraction):<12} L={p.depth}: optimal log2 LR {p.log2_lr:.2f}{ci}"
             f" (lr {2.0**p.log2_lr:.3g}); regret of the L={p.base_depth} LR there {regret}"
             + (" (extrapolated)" if p.extrapolated else "")
+            + (f"; {p.measured_text()}" if p.measured else "")
         )
     for g in analysis.goals:
         met = {"yes": "met", "NO": "NOT met"}.get(met_text(g), met_text(g))

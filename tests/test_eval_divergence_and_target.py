@@ -153,3 +153,44 @@ def test_target_depth_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:  # argparse: usage error, exit 2, naming the goal
         main(["transfer", str(sweep), "--out", str(tmp_path / "o2"), "--goals", "speed=1"])
     assert err.value.code == 2 and "unknown goal 'speed'" in capsys.readouterr().err
+
+
+def test_a_target_depth_that_was_swept_is_compared_with_its_measured_optimum(tmp_path, capsys):
+    """--target-depth at a swept depth used to print the line's reading alone. Planted, noise-free:
+    sp's optima at L=2, 4, 16 fall 0.5 octave per doubling (-9.2, -9.7, -10.7) and L=8's is
+    -9.2 (not on the line): the line there and the measured optimum are both given, and their
+    difference is the hand-computed least-squares reading minus -9.2."""
+    rows = make_rows(slopes={"sp": 0.5}, depths=(2, 4, 16), seeds=(0, 1), fractions=(1.0,), noise=0.0)
+    rows += make_rows(slopes={"sp": 0.0}, depths=(8,), seeds=(0, 1), fractions=(1.0,), noise=0.0)
+    sweep = write_sweep(tmp_path / "s", rows)
+    out = tmp_path / "o"
+    code = main(["transfer", str(sweep), "--out", str(out), "--no-figures", "--bootstrap", "50",
+                 "--target-depth", "8", "16", "64"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0, text
+    slope, intercept = np.polyfit([1.0, 2.0, 3.0, 4.0], [-9.2, -9.7, -9.2, -10.7], 1)
+    line_at_8 = intercept + 3 * slope  # -9.9 by hand: slope -0.4, intercept -8.7
+    assert line_at_8 == pytest.approx(-9.9)
+    import json
+
+    preds = {p["target_depth"]: p for p in json.loads((out / "transfer.json").read_text())["target_depth_predictions"]}
+    p8, p16, p64 = preds[8], preds[16], preds[64]
+    assert p8["measured"] and p8["log2_lr"] == pytest.approx(line_at_8, abs=1e-9)
+    assert p8["measured_log2_lr"] == pytest.approx(-9.2, abs=1e-9)
+    assert p8["line_minus_measured_log2_lr"] == pytest.approx(-0.7, abs=1e-9)
+    assert p8["measured_method"] == "quadratic" and p8["measured_ci_log2_lr"] == pytest.approx([-9.2, -9.2])
+    assert p8["measured_regret"] == pytest.approx(0.0, abs=1e-12)  # L=2's optimum is L=8's
+    # L=16: the L=2 LR (-9.2) lies outside L=16's fitted bracket [-11.2, -10.2], so the measured regret is the
+    # linear interpolation between grid points -9.5 (0.1 * 1.2^2) and -9.0 (0.1 * 1.7^2) at -9.2
+    assert p16["measured_regret"] == pytest.approx(0.144 + (0.289 - 0.144) * 0.6, abs=1e-9)
+    assert not p64["measured"] and p64["measured_log2_lr"] is None and p64["extrapolated"]
+    # the line's interval carries the optima's scatter about it (lack of fit), the measurement only seed noise (0)
+    line8 = next(line for line in text.splitlines() if "L=8: optimal log2 LR" in line)
+    assert line8.startswith("sp                           end (f=1)    L=8: optimal log2 LR -9.90 [")
+    assert line8.endswith(
+        "(lr 0.00105); regret of the L=2 LR there 0.0490" + line8.split("0.0490", 1)[1].split(";")[0] + "; "
+        "measured there: optimal log2 LR -9.20 [-9.20, -9.20] (quadratic), regret of the L=2 LR 0.0000 "
+        "[0.0000, 0.0000]; the line is 0.70 octave below it"
+    )
+    md = (out / "report.md").read_text()
+    assert "| -9.20 [-9.20, -9.20] (quadratic); 0.0000 [0.0000, 0.0000] |" in md and "| not swept |" in md

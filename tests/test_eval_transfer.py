@@ -543,6 +543,15 @@ def test_single_depth_preset_has_no_slope(tmp_path):
     assert "single depth L=8 in this family: no slope" in notes_text(analysis)
     # base_num_layers=2 was not swept for this family -> smallest depth, with a note
     assert result.base_depth == 8 and "was not swept" in notes_text(analysis)
+    # its only regret is the base depth's 0 by construction: no max regret (it read "0.0000", no cost)
+    assert d8.regret == 0.0 and math.isnan(result.max_regret)
+    assert result.max_regret_text() == "n/a (no depth besides the base L=8)"
+    from eval.report import headline_rows
+
+    row = next(h for h in headline_rows(analysis) if h["family"] == "ode" and h["fraction"] == 1.0)
+    assert row["regret_at_deepest"] is None and row["regret_at_deepest_status"] == "base_depth"
+    sp = next(r for r in analysis.results if r.family.preset == "sp" and r.fraction == 1.0)
+    assert sp.max_regret == max(d.regret for d in sp.depths) > 0  # a family with several depths: unchanged
 
 
 def test_pending_runs_are_ignored_and_counted(tmp_path):
@@ -764,6 +773,12 @@ def test_cli_writes_every_output(tmp_path, capsys):
     assert main(["transfer", str(sweep), "--out", str(out), "--bootstrap", "50", "--fractions", "0.5", "1.0"]) == 0
     stdout = capsys.readouterr().out
     assert "sp" in stdout and "slope" in stdout
+    # the intervals' method and seed counts are on stdout, not only in the report (one run is pending)
+    assert stdout.splitlines()[0] == (
+        "intervals: 95% percentile, 50 seed-bootstrap draws (pooled residuals of each curve, --seed-model "
+        "independent, RNG seed 0); usable seeds per (depth, LR) cell: 1-2; none where a family has one seed per "
+        "cell (docs/eval.md)"
+    )
     data = json.loads((out / "transfer.json").read_text())
     assert data["fractions"] == [0.5, 1.0]
     assert data["counts"] == {"runs": len(rows) // 2, "pending_runs": 1, "shared_base_rows": 0}
@@ -786,6 +801,29 @@ def test_cli_writes_every_output(tmp_path, capsys):
         with Image.open(out / f"{stem}.png") as img:
             assert round(img.info["dpi"][0]) >= 150
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temp files behind
+
+
+def test_rerunning_into_the_same_out_leaves_one_analysis(tmp_path, capsys):
+    """A rerun into the same --out with --no-figures (or on a sweep without block multipliers)
+    left the earlier run's figures beside the new numbers; they are removed, the user's own files
+    are not, and the same command twice writes the same bytes."""
+    out = tmp_path / "out"
+    heatmap = make_rows(slopes={"sp": 0.5}, depths=(2, 4), seeds=(0, 1), block_multipliers=(0.5, 1.0))
+    assert main(["transfer", str(write_sweep(tmp_path / "a", heatmap)), "--out", str(out), "--bootstrap", "20"]) == 0
+    figures = sorted(p.name for p in out.glob("fig_*"))
+    assert "fig_heatmap_sp_f1.png" in figures and "fig_loss_vs_lr.pdf" in figures
+    (out / "notes.txt").write_text("mine")
+    (out / "downstream.md").write_text("from an earlier sweep")
+    plain = write_sweep(tmp_path / "b", make_rows(slopes={"sp": 0.5}, depths=(2, 4), seeds=(0, 1)))
+    args = ["transfer", str(plain), "--out", str(out), "--bootstrap", "20", "--no-figures"]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt", "report.html", "report.md", "transfer.csv", "transfer.json"
+    ]  # fmt: skip
+    first = {name: (out / name).read_bytes() for name in ("transfer.json", "transfer.csv", "report.md")}
+    assert main(args) == 0
+    assert {name: (out / name).read_bytes() for name in first} == first
+    capsys.readouterr()
 
 
 def test_cli_registry_answers_for_commands_not_built_yet(monkeypatch, capsys):
