@@ -913,8 +913,16 @@ def _predict_from_trend(r: FractionResult, depth: int, rng: np.random.Generator)
         if base is not None and near is not None and base.opt_draws is not None:
             a = near.curvature_draws if near.curvature_draws is not None else np.full(preds.size, curv)
             a = np.where(np.isfinite(a), a, curv)
-            regrets = a * (base.opt_draws - preds) ** 2
-            regret_ci = _percentile_ci(regrets[np.isfinite(regrets)])
+            shifts = base.opt_draws - preds
+            regrets = a * shifts**2
+            ok = np.isfinite(regrets)
+            regret_ci = _percentile_ci(regrets[ok])
+            # a squared shift's percentiles sit above 0 even when the shift's own interval holds 0
+            # (the base LR consistent with the optimum there): the point regret then fell below
+            # its interval (0.0029 [0.0073, 0.3247]); its lower end is 0 there, as for a measured regret
+            low, high = _percentile_ci(shifts[ok])
+            if low <= 0.0 <= high:
+                regret_ci = (0.0, regret_ci[1])
     else:
         notes.append("no bootstrap draws (one seed, or --bootstrap 0): no interval")
     if extrapolated:

@@ -194,3 +194,23 @@ def test_a_target_depth_that_was_swept_is_compared_with_its_measured_optimum(tmp
     )
     md = (out / "report.md").read_text()
     assert "| -9.20 [-9.20, -9.20] (quadratic); 0.0000 [0.0000, 0.0000] |" in md and "| not swept |" in md
+
+
+def test_predicted_regret_interval_starts_at_zero_where_the_base_lr_is_consistent_with_the_optimum(tmp_path):
+    """depth_mup planted flat (the L=2 optimum is every depth's): the shift between the base
+    optimum and the prediction has an interval holding 0, so the regret's interval starts at 0
+    ("consistent with no regret") and holds its point. Percentiles of the squared shift alone
+    started above 0 (none of these reached it before; on a user's sweep the point regret fell
+    below its own interval: 0.0029 [0.0073, 0.3247]). sp planted at -0.5 octave per doubling is
+    2.5 octaves off at L=64: its interval stays clear of 0."""
+    for rep in range(2):
+        rows = make_rows(depths=(2, 4, 8, 16), fractions=(1.0,), noise=0.03, diverge_gap=None, rng_seed=rep,
+                         grid=tuple(float(x) for x in np.arange(-11.0, -7.5 + 1e-9, 0.5)))  # fmt: skip
+        analysis = analyze(read_results(write_sweep(tmp_path / f"r{rep}", rows)), n_boot=300, boot_seed=rep, window=2)
+        for p in predict_at_depths(analysis, [16, 64]):
+            low, high = p.regret_ci
+            assert low <= p.regret <= high, (p.family.preset, p.depth, p.regret, p.regret_ci)
+            if p.family.preset == "depth_mup":
+                assert low == 0.0
+            elif p.depth == 64:
+                assert low > 0.1, p.regret_ci
