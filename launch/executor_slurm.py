@@ -104,16 +104,22 @@ def live_arrays(sweep_dir: Path) -> dict[str, str]:
 
     Raises :class:`jobscripts.squeue.QueueError` when squeue cannot answer: reading that as
     "nothing queued" would submit the runs of a live array again."""
+    submissions = submission_folders(sweep_dir)
+    out: dict[str, str] = {}
+    for job_id in sorted(squeue.listed_array_jobs(submissions), key=int):
+        out.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))
+    return out
+
+
+def submission_folders(sweep_dir: Path) -> dict[str, Path]:
+    """``array job id -> its submission folder`` (runs.txt, array.sbatch, the task logs)."""
     submissions: dict[str, Path] = {}
     for record in sorted((sweep_dir / SUBMISSIONS_DIR).glob(f"*/{JOB_FILE}")):
         try:
             submissions[str(json.loads(record.read_text())["job_id"])] = record.parent
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a submission that never got a job id holds no runs
-    out: dict[str, str] = {}
-    for job_id in sorted(squeue.listed_array_jobs(submissions), key=int):
-        out.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))
-    return out
+    return submissions
 
 
 def submit_array(

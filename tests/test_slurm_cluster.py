@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from data_prep.api import load_data_prep_config
 from data_prep.pipeline import manifest_without_run, run
 from data_prep.slurm import load_frozen
+from jobscripts import squeue
 from launch import attempts
 from launch.__main__ import main
 from launch.processes import with_repo_on_path
@@ -264,3 +266,58 @@ def test_slurm_job_runs_torchrun_without_the_environment_on_path(slurm: Cluster,
     log = next((run_dir / "launch").glob("slurm-*.out")).read_text()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed", log
     assert re.search(r"-m torch\.distributed\.run", (run_dir / "launch" / "slurm.sbatch").read_text())
+
+
+# ----------------------------------------------------------------------------- a job that dies at once
+
+
+def _status_from_another_host(sweep_dir: Path, env: dict) -> subprocess.CompletedProcess:
+    """``launch status`` as a login node runs it: another host name (a UTS namespace), so the
+    compute node's pids cannot be checked."""
+    status = shlex.join([sys.executable, "-m", "launch", "status", str(sweep_dir)])
+    argv = ["unshare", "--uts", "sh", "-c", f"hostname login-node && {status}"]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_status_after_the_job_died_at_once_says_pending_and_a_rerun_finishes(slurm: Cluster, tmp_path, monkeypatch):
+    """Every process of an array task SIGKILLed together (what a node failure leaves): its
+    attempt stays open in attempts.json. `status` on another host must not call the run
+    running forever (exit 4): squeue says the attempt's job ended, so it is pending (75), and
+    the rerun resubmits it and it completes."""
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --uts is not allowed here")
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.2")
+    spec = derived_spec(
+        tmp_path,
+        grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+        overrides={"training.steps": 200, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        train_cmd=FAKE_TRAIN_CMD,
+    )
+    sweep_dir = tmp_path / "sw"
+    argv = ["sweep", str(spec), "--sweep-dir", str(sweep_dir)]
+    assert main(argv) == 0
+    ((array, (rid,)),) = _arrays(sweep_dir)
+    rd = sweep_dir / "runs" / rid
+    _wait(lambda: starts(rd) and attempts.read(rd).attempts, 120, "the run to start")
+    (attempt,) = attempts.read(rd).attempts
+    assert attempt.job  # the array task's own job id ($SLURM_JOB_ID)
+    pids = [line.split()[0] for line in slurm.run("scontrol", "listpids", attempt.job).stdout.splitlines()[1:]]
+    subprocess.run(["kill", "-KILL", *pids], check=False)
+    slurm.wait_gone([array], timeout=60)
+    assert attempts.read(rd).attempts[-1].open  # nothing was left to close it
+    assert squeue.active_jobs([attempt.job]) == set() and squeue.listed_array_jobs([array]) == set()
+
+    env = {**with_repo_on_path(REPO, os.environ), **slurm.env}
+    status = _status_from_another_host(sweep_dir, env)
+    assert status.returncode == 75, status.stdout + status.stderr
+    assert re.search(r"running\s+0\n\s+pending\s+1\n", status.stdout)
+    assert "1 run(s) that need work are in no queued array" in status.stdout
+
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.01")  # the job inherits it: the rest trains quickly
+    assert main(argv) == 0
+    (_, (job2, again)) = _arrays(sweep_dir)
+    assert again == [rid]
+    slurm.wait_gone([job2], timeout=120)
+    assert [a.outcome for a in attempts.read(rd).attempts] == ["interrupted", "completed"]
+    assert _status_from_another_host(sweep_dir, env).returncode == 0
