@@ -9,8 +9,10 @@ holds; :func:`rows` raises :class:`QueueError` instead.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Collection
+from typing import Optional
 
 GONE = "Invalid job id specified"  # squeue's stderr for a single job id it no longer knows
 # States in which a job's processes may still run (anything else, PENDING after a requeue
@@ -18,6 +20,16 @@ GONE = "Invalid job id specified"  # squeue's stderr for a single job id it no l
 ACTIVE_STATES = frozenset(
     {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING", "STAGE_OUT"}
 )
+
+
+def slurm_job() -> Optional[str]:
+    """This job as squeue and scontrol name it alone: ``ARRAY_TASK`` (``12_3``) for an array task.
+
+    Not ``$SLURM_JOB_ID``: the array task that starts last keeps the array's own id, and that id
+    names every task of the array, so squeue would list them all (never just RUNNING) and
+    ``scontrol requeue`` would requeue the whole array."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
 
 
 class QueueError(RuntimeError):
@@ -52,6 +64,6 @@ def listed_array_jobs(job_ids: Collection[str]) -> set[str]:
 
 
 def active_jobs(job_ids: Collection[str]) -> set[str]:
-    """The job ids (``SLURM_JOB_ID``, an array task's own id) among ``job_ids`` whose processes may
-    still run: listed in one of :data:`ACTIVE_STATES`."""
-    return {row[0] for row in rows(job_ids, "%A %T") if len(row) == 2 and row[1] in ACTIVE_STATES}
+    """The jobs among ``job_ids`` (as :func:`slurm_job` names them: ``12_3`` for an array task)
+    whose processes may still run: listed in one of :data:`ACTIVE_STATES`."""
+    return {row[0] for row in rows(job_ids, "%i %T") if len(row) == 2 and row[1] in ACTIVE_STATES}

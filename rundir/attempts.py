@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from jobscripts.atomic import atomic_write_text
+from jobscripts.squeue import slurm_job
 from rundir.contract import Status
 
 # An attempt left open by a process that is gone, or closed by its owner's own shutdown:
@@ -38,7 +39,7 @@ class Attempt:
     ended: Optional[str] = None
     exit_code: Optional[int] = None
     outcome: Optional[str] = None
-    # the SLURM job it ran in ($SLURM_JOB_ID, an array task's own id): from another host its pid
+    # the SLURM job it ran in (jobscripts.squeue.slurm_job: 12 or 12_3): from another host its pid
     # cannot be checked, but squeue can say whether that job still runs (a node that died)
     job: Optional[str] = None
 
@@ -114,7 +115,7 @@ def _close(attempt: Attempt, outcome: str, exit_code: Optional[int] = None) -> N
 
 def begin(path: Path, pid: int) -> str:
     """Record a started attempt; close open ones whose process is gone (its launcher was killed)."""
-    attempt = Attempt(uuid.uuid4().hex[:12], socket.gethostname(), pid, _now(), job=os.environ.get("SLURM_JOB_ID"))
+    attempt = Attempt(uuid.uuid4().hex[:12], socket.gethostname(), pid, _now(), job=slurm_job())
     with _locked(path) as log:
         for old in log.attempts:
             if old.open and _known_dead(old):

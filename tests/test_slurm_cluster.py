@@ -133,33 +133,42 @@ def test_sweep_scancelled_mid_run_and_rerun_matches_a_local_sweep(slurm: Cluster
 def test_time_limit_preempts_requeues_and_finishes(slurm: Cluster, tmp_path, monkeypatch):
     """A one-minute limit with a 30 s grace: SLURM's SIGTERM comes at its first time-limit check
     (they run every 30 s), the run checkpoints and exits 75, the task requeues itself and
-    resumes, until the 40 s of training are done. No run of the job ends FAILED."""
+    resumes, until the 40 s of training are done. No run of the job ends FAILED. Two tasks at
+    once: the one that starts last keeps the array's own job id, which names both tasks, so it
+    must requeue itself as ``ARRAY_TASK`` (as ``$SLURM_JOB_ID`` it was left FAILED)."""
     monkeypatch.setenv("FAKE_STEP_SECONDS", "0.5")
     spec = derived_spec(
         tmp_path,
-        grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+        grid={"model.num_layers": [2], "optimizer.lr": [0.001, 0.002]},
         overrides={"training.steps": 80, "parametrization.base_num_layers": 2},
-        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        executor={"kind": "slurm", "max_parallel": 2, "max_retries": 0, "gpus_per_run": 0},
         slurm={"time": "00:01:00", "signal_grace_s": 30},
         train_cmd=FAKE_TRAIN_CMD,
     )
     sweep_dir = tmp_path / "sw"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0
-    ((job, (rid,)),) = _arrays(sweep_dir)
+    ((job, rids),) = _arrays(sweep_dir)
     slurm.wait_gone([job], timeout=300)  # each requeue waits cred_expire (10 s on the test cluster) first
-    rd = sweep_dir / "runs" / rid
-    assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
-    ends = [e["exit_code"] for e in (json.loads(x) for x in (rd / "fake_events.jsonl").read_text().splitlines())
-            if e["event"] == "end"]  # fmt: skip
-    assert ends[-1] == 0 and len(ends) >= 2 and set(ends[:-1]) == {75}  # preempted at least once
-    assert [s["start_step"] for s in starts(rd)][0] == 0 and all(s["start_step"] > 0 for s in starts(rd)[1:])
-    log = attempts.read(rd)
-    assert [a.outcome for a in log.attempts] == ["preempted"] * (len(ends) - 1) + ["completed"] and log.failures == 0
+    requeues = 0
+    for rid in rids:
+        rd = sweep_dir / "runs" / rid
+        assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
+        ends = [e["exit_code"] for e in (json.loads(x) for x in (rd / "fake_events.jsonl").read_text().splitlines())
+                if e["event"] == "end"]  # fmt: skip
+        assert ends[-1] == 0 and len(ends) >= 2 and set(ends[:-1]) == {75}  # preempted at least once
+        assert [s["start_step"] for s in starts(rd)][0] == 0 and all(s["start_step"] > 0 for s in starts(rd)[1:])
+        log = attempts.read(rd)
+        assert [a.outcome for a in log.attempts] == ["preempted"] * (len(ends) - 1) + ["completed"]
+        assert log.failures == 0
+        requeues += len(ends) - 1
     text = _task_logs(sweep_dir)
-    assert text.count("requeueing job") == len(ends) - 1  # the log is appended to, not replaced, on requeue
-    assert text.count("fake_train: completed 80 steps") == 1
-    states = [c["JobState"] for c in slurm.completions() if c.get("ArrayJobId") == job]
-    assert "FAILED" not in states and states[-1] == "COMPLETED", states  # jobcomp logs a requeue as PENDING
+    assert text.count("requeueing job") == requeues  # the log is appended to, not replaced, on requeue
+    assert text.count("fake_train: completed 80 steps") == 2
+    for task in ("0", "1"):
+        states = [
+            c["JobState"] for c in slurm.completions() if (c.get("ArrayJobId"), c.get("ArrayTaskId")) == (job, task)
+        ]
+        assert "FAILED" not in states and states[-1] == "COMPLETED", (task, states)  # a requeue is logged PENDING
     assert main(["status", str(sweep_dir)]) == 0
 
 
@@ -301,8 +310,9 @@ def test_status_after_the_job_died_at_once_says_pending_and_a_rerun_finishes(slu
     rd = sweep_dir / "runs" / rid
     _wait(lambda: starts(rd) and attempts.read(rd).attempts, 120, "the run to start")
     (attempt,) = attempts.read(rd).attempts
-    assert attempt.job  # the array task's own job id ($SLURM_JOB_ID)
-    pids = [line.split()[0] for line in slurm.run("scontrol", "listpids", attempt.job).stdout.splitlines()[1:]]
+    assert attempt.job == f"{array}_0"  # the array task, as squeue names it alone
+    raw = slurm.job(attempt.job)["JobId"]  # listpids takes no array form
+    pids = [line.split()[0] for line in slurm.run("scontrol", "listpids", raw).stdout.splitlines()[1:]]
     subprocess.run(["kill", "-KILL", *pids], check=False)
     slurm.wait_gone([array], timeout=60)
     assert attempts.read(rd).attempts[-1].open  # nothing was left to close it
