@@ -24,7 +24,6 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -37,7 +36,7 @@ from data_prep.config import DataPrepConfig, fingerprint
 from data_prep.pipeline import Preempted, check_inputs, raise_preempted, run_task
 from data_prep.shards import Shard, shards_from_json, shards_to_json
 from data_prep.stages import DataPrepError, Job, Stage
-from jobscripts import sbatch
+from jobscripts import sbatch, squeue
 from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command
 from jobscripts.scripts import render_script, sbatch_directives
@@ -249,20 +248,21 @@ def submit(cfg: DataPrepConfig, dry_run: bool) -> ExitCode:
 
 
 def queued_jobs(folder: Path) -> list[str]:
-    """Job ids of earlier submissions that ``squeue`` still lists."""
+    """Job ids of earlier submissions that ``squeue`` still lists; raises :class:`DataPrepError`
+    when squeue cannot answer (read as "none queued", a second chain would be submitted)."""
     ids = []
     for record in sorted((folder / "submissions").glob("*/jobs.json")):
         try:
             ids += [str(v) for v in json.loads(record.read_text()).values()]
         except (OSError, ValueError, AttributeError):
             continue
-    if not ids:
-        return []
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%F"], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise DataPrepError("squeue not found on PATH (is this a SLURM login node?)") from None
-    listed = set(proc.stdout.split()) if proc.returncode == 0 else set()
+        listed = squeue.listed_array_jobs(ids)
+    except squeue.QueueError as exc:
+        raise DataPrepError(
+            f"{exc}: cannot tell whether earlier jobs are still queued, so nothing was submitted; "
+            "run this again once squeue answers"
+        ) from None
     return [i for i in ids if i in listed]
 
 

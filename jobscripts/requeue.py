@@ -33,6 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from jobscripts.squeue import slurm_job
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -64,7 +66,7 @@ def _log(message: str) -> None:
 
 def _requeue(max_requeues: int, code: int) -> bool:
     """Requeue this job if SLURM still runs it and the limit allows; says why not otherwise."""
-    job = os.environ.get("SLURM_JOB_ID")
+    job = slurm_job()
     if not job:
         return False
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)

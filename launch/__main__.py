@@ -211,13 +211,14 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
 
 
 def _cmd_status(args: argparse.Namespace) -> ExitCode:
-    from launch.status import count_states, exit_code, print_report, snapshot
+    from launch.status import count_states, exit_code, print_report, queue_view, snapshot
     from launch.sweep_dir import read_plan
 
     sweep_dir = Path(args.sweep_dir).resolve()
     plan = read_plan(sweep_dir)
-    states, path, rows = snapshot(sweep_dir, plan)
-    print_report(sweep_dir, plan, states, sys.stdout)
+    queue = queue_view(sweep_dir, plan)  # squeue: runs whose SLURM job ended are not running
+    states, path, rows = snapshot(sweep_dir, plan, queue.ended_jobs)
+    print_report(sweep_dir, plan, states, sys.stdout, queue)
     print(f"wrote {path} ({rows} rows)")
     return exit_code(count_states(states))
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from jobscripts import sbatch
+from jobscripts import sbatch, squeue
 from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command
 from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
@@ -85,35 +84,42 @@ def queued_run_ids(sweep_dir: Path) -> set[str]:
     """Run IDs of this sweep's submissions whose array job ``squeue`` still lists (queued or running).
 
     An adaptive study resubmits as its plan grows; runs of a live array are left out so no
-    run waits in the queue twice. Raises :class:`LaunchError` without ``squeue``.
+    run waits in the queue twice. Raises :class:`LaunchError` when squeue is missing or fails.
     """
-    return set(live_arrays(sweep_dir))
-
-
-def _live_arrays(sweep_dir: Path, dry_run: bool) -> dict[str, str]:
     try:
-        return live_arrays(sweep_dir)
-    except LaunchError:
-        if dry_run:  # a dry run may be made where SLURM is not
-            return {}
-        raise
+        return set(live_arrays(sweep_dir))
+    except squeue.QueueError as exc:
+        raise LaunchError(_queue_unknown(exc)) from None
+
+
+def _queue_unknown(exc: squeue.QueueError) -> str:
+    return (
+        f"{exc}: cannot tell which runs are still queued, so nothing was submitted (a second array would "
+        "run them twice); run this again once squeue answers"
+    )
 
 
 def live_arrays(sweep_dir: Path) -> dict[str, str]:
-    """``run ID -> job id`` of this sweep's array jobs that ``squeue`` still lists."""
+    """``run ID -> job id`` of this sweep's array jobs that ``squeue`` still lists (one squeue call).
+
+    Raises :class:`jobscripts.squeue.QueueError` when squeue cannot answer: reading that as
+    "nothing queued" would submit the runs of a live array again."""
+    submissions = submission_folders(sweep_dir)
     out: dict[str, str] = {}
+    for job_id in sorted(squeue.listed_array_jobs(submissions), key=int):
+        out.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))
+    return out
+
+
+def submission_folders(sweep_dir: Path) -> dict[str, Path]:
+    """``array job id -> its submission folder`` (runs.txt, array.sbatch, the task logs)."""
+    submissions: dict[str, Path] = {}
     for record in sorted((sweep_dir / SUBMISSIONS_DIR).glob(f"*/{JOB_FILE}")):
         try:
-            job_id = str(json.loads(record.read_text())["job_id"])
+            submissions[str(json.loads(record.read_text())["job_id"])] = record.parent
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a submission that never got a job id holds no runs
-        try:
-            proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True)
-        except FileNotFoundError:
-            raise LaunchError("squeue not found on PATH (is this a SLURM login node?)") from None
-        if proc.returncode == 0 and proc.stdout.strip():  # an unknown (long finished) job exits 1
-            out.update(dict.fromkeys((record.parent / LIST_FILE).read_text().split(), job_id))
-    return out
+    return submissions
 
 
 def submit_array(
@@ -135,7 +141,14 @@ def submit_array(
     sweep_dir = sweep_dir.resolve()
     states = {r.run_id: run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries) for r in plan.runs}
     needed = [rid for rid, state in states.items() if state.needs_work and rid not in exclude]
-    live = _live_arrays(sweep_dir, dry_run) if needed else {}
+    try:
+        live = live_arrays(sweep_dir) if needed else {}
+    except squeue.QueueError as exc:
+        if not dry_run:
+            print(f"[launch] {_queue_unknown(exc)}", file=sys.stderr)
+            return ExitCode.FAILED
+        live = {}  # a dry run may be made where SLURM is not
+        print(f"[launch] dry run: {exc}: runs of queued arrays are listed too", file=sys.stderr)
     pending = [rid for rid in needed if rid not in live]
     held = sorted({live[rid] for rid in needed if rid in live}, key=int)
     if not pending:

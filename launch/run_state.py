@@ -9,6 +9,7 @@ starting trainer exit 4) or an attempt still open on a live process or another h
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +37,14 @@ class RunState:
         return self.status not in FINAL_STATUSES and not self.gave_up
 
 
-def run_state(run_dir: Path, max_retries: int) -> RunState:
+def run_state(run_dir: Path, max_retries: int, ended_jobs: Collection[str] = ()) -> RunState:
+    """``ended_jobs``: SLURM jobs known to run no more (``squeue``); an attempt left open in one
+    of them (its node died, or it was killed at once) does not make the run ``running``."""
     summary = read_summary(run_dir)
     if summary is not None and summary.final:
         return RunState(summary.status, summary.reason or "")
     log = attempts.read(run_dir)
-    if run_locked(run_dir) or log.live_open():
+    if run_locked(run_dir) or log.live_open(ended_jobs):
         return RunState(Status.RUNNING, "")
     failures = log.failures
     gave_up = failures > max_retries

@@ -13,14 +13,16 @@ import fcntl
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
 import yaml
 
+from jobscripts import squeue
 from jobscripts.atomic import atomic_write_text
+from launch import attempts
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
@@ -44,8 +46,44 @@ RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states
 RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
 
 
-def collect_states(sweep_dir: Path, plan: SweepPlan) -> dict[str, RunState]:
-    return {run.run_id: run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries) for run in plan.runs}
+def collect_states(sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = ()) -> dict[str, RunState]:
+    return {
+        run.run_id: run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries, ended_jobs)
+        for run in plan.runs
+    }
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What ``squeue`` says about a sweep, for ``status`` on a login node.
+
+    ``ended_jobs``: SLURM jobs of attempts left open that no longer run (their node died, or
+    they were killed at once): from another host their pids cannot be checked, so without this
+    such runs would show as running forever. ``live``: run ID -> the array job that holds it."""
+
+    ended_jobs: frozenset[str] = frozenset()
+    live: Mapping[str, str] = field(default_factory=dict)
+    folders: Mapping[str, Path] = field(default_factory=dict)  # array job id -> submission folder
+    note: str = ""
+
+
+def queue_view(sweep_dir: Path, plan: SweepPlan) -> QueueView:
+    """Ask squeue (once per question) about the SLURM jobs this sweep's open attempts ran in
+    and its array submissions; with no squeue answer the note says so and nothing changes."""
+    from launch.executor_slurm import live_arrays, submission_folders
+
+    folders = submission_folders(sweep_dir)
+    jobs = set()
+    for run in plan.runs:
+        jobs.update(a.job for a in attempts.read(run_dir(sweep_dir, run.run_id)).live_open() if a.job)
+    if not jobs and not folders:
+        return QueueView()
+    try:
+        ended = frozenset(jobs - squeue.active_jobs(jobs))
+        live = live_arrays(sweep_dir) if folders else {}
+    except squeue.QueueError as exc:
+        return QueueView(note=f"{exc}: runs with an attempt open in a SLURM job are counted as running")
+    return QueueView(ended, live, folders)
 
 
 def count_states(states: Mapping[str, RunState]) -> dict[str, int]:
@@ -140,7 +178,9 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
     return table
 
 
-def snapshot(sweep_dir: Path, plan: SweepPlan) -> tuple[dict[str, RunState], Path, int]:
+def snapshot(
+    sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = ()
+) -> tuple[dict[str, RunState], Path, int]:
     """Every run's state, and ``results.csv`` written from it, read while holding ``results.lock``.
 
     The array tasks of a sweep write the file at the same time; with the states read inside
@@ -149,7 +189,7 @@ def snapshot(sweep_dir: Path, plan: SweepPlan) -> tuple[dict[str, RunState], Pat
     """
     with open(sweep_dir / RESULTS_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        states = collect_states(sweep_dir, plan)
+        states = collect_states(sweep_dir, plan, ended_jobs)
         path, rows = write_results(sweep_dir, plan, states)
     return states, path, rows
 
@@ -163,17 +203,41 @@ def write_results(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
     return path, len(table) - 1
 
 
-def print_report(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState], out: TextIO) -> None:
+def print_report(
+    sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState], out: TextIO, queue: Optional[QueueView] = None
+) -> None:
     counts = count_states(states)
     print(f"sweep {plan.name}: {len(plan.runs)} runs in {sweep_dir}", file=out)
     for status, n in counts.items():
         print(f"  {status:<10} {n}", file=out)
     failed = [(rid, s) for rid, s in states.items() if s.status == Status.FAILED]
     if failed:
-        print("failed runs:", file=out)
+        print("failed runs (their trainer output: runs/<ID>/launch/output.log):", file=out)
         for rid, state in failed:
             print(f"  {rid}: {state.detail}", file=out)
+    if queue is not None:
+        _print_queue(states, queue, out)
     orphans = orphan_run_dirs(sweep_dir, plan)
     if orphans:
         print(f"note: {len(orphans)} run dir(s) under runs/ are not in sweep.yaml (an earlier expansion): "
               f"{', '.join(orphans[:5])}{' ...' if len(orphans) > 5 else ''}", file=out)  # fmt: skip
+
+
+def _print_queue(states: Mapping[str, RunState], queue: QueueView, out: TextIO) -> None:
+    """Which array holds the runs still to do, where its task logs are, and what no array holds."""
+    if queue.note:
+        print(f"slurm: {queue.note}", file=out)
+        return
+    todo = [rid for rid, state in states.items() if state.needs_work]
+    held: dict[str, int] = {}
+    for rid in todo:
+        if rid in queue.live:
+            held[queue.live[rid]] = held.get(queue.live[rid], 0) + 1
+    for job, n in sorted(held.items(), key=lambda item: int(item[0])):
+        print(f"slurm: array job {job} (queued or running) holds {n} of these runs; its task logs: "
+              f"{queue.folders[job]}/{job}_<task>.out", file=out)  # fmt: skip
+    loose = [rid for rid in todo if rid not in queue.live and states[rid].status != Status.RUNNING]
+    if loose and queue.folders:
+        print(f"slurm: {len(loose)} run(s) that need work are in no queued array: run the command that "
+              "submitted the sweep again (`launch sweep ... --executor slurm`, `launch demo ... --executor "
+              "slurm`) to submit them", file=out)  # fmt: skip

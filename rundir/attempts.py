@@ -15,13 +15,14 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from jobscripts.atomic import atomic_write_text
+from jobscripts.squeue import slurm_job
 from rundir.contract import Status
 
 # An attempt left open by a process that is gone, or closed by its owner's own shutdown:
@@ -38,6 +39,9 @@ class Attempt:
     ended: Optional[str] = None
     exit_code: Optional[int] = None
     outcome: Optional[str] = None
+    # the SLURM job it ran in (jobscripts.squeue.slurm_job: 12 or 12_3): from another host its pid
+    # cannot be checked, but squeue can say whether that job still runs (a node that died)
+    job: Optional[str] = None
 
     @property
     def open(self) -> bool:
@@ -56,9 +60,10 @@ class AttemptLog:
         closed = [a for a in self.attempts if not a.open]
         return closed[-1] if closed else None
 
-    def live_open(self) -> list[Attempt]:
-        """Open attempts that may still be running (another host, or a live pid here)."""
-        return [a for a in self.attempts if a.open and not _known_dead(a)]
+    def live_open(self, ended_jobs: Collection[str] = ()) -> list[Attempt]:
+        """Open attempts that may still be running (another host, or a live pid here); an attempt
+        in one of ``ended_jobs`` (SLURM jobs that no longer run) is not."""
+        return [a for a in self.attempts if a.open and not _known_dead(a) and a.job not in ended_jobs]
 
 
 def _now() -> str:
@@ -110,7 +115,7 @@ def _close(attempt: Attempt, outcome: str, exit_code: Optional[int] = None) -> N
 
 def begin(path: Path, pid: int) -> str:
     """Record a started attempt; close open ones whose process is gone (its launcher was killed)."""
-    attempt = Attempt(uuid.uuid4().hex[:12], socket.gethostname(), pid, _now())
+    attempt = Attempt(uuid.uuid4().hex[:12], socket.gethostname(), pid, _now(), job=slurm_job())
     with _locked(path) as log:
         for old in log.attempts:
             if old.open and _known_dead(old):

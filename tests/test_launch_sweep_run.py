@@ -343,7 +343,8 @@ def test_slurm_array_submission_and_tasks(tmp_path, capsys, monkeypatch):
     sweep_dir = tmp_path / "my sweep's dir"
     dump_dir = tmp_path / "dumps"
     dump_dir.mkdir()
-    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, {'sbatch': dumping('sbatch')})}:{os.environ['PATH']}")
+    stubs = {"sbatch": dumping("sbatch"), "squeue": "true"}  # squeue: the array is no longer queued
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
     monkeypatch.setenv("DUMP_DIR", str(dump_dir))
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--executor", "slurm", "--max-parallel", "3"]) == 0
     assert "submitted array job 4242: 4 runs" in capsys.readouterr().out

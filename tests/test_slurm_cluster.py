@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from data_prep.api import load_data_prep_config
 from data_prep.pipeline import manifest_without_run, run
 from data_prep.slurm import load_frozen
+from jobscripts import squeue
 from launch import attempts
 from launch.__main__ import main
 from launch.processes import with_repo_on_path
@@ -131,33 +133,42 @@ def test_sweep_scancelled_mid_run_and_rerun_matches_a_local_sweep(slurm: Cluster
 def test_time_limit_preempts_requeues_and_finishes(slurm: Cluster, tmp_path, monkeypatch):
     """A one-minute limit with a 30 s grace: SLURM's SIGTERM comes at its first time-limit check
     (they run every 30 s), the run checkpoints and exits 75, the task requeues itself and
-    resumes, until the 40 s of training are done. No run of the job ends FAILED."""
+    resumes, until the 40 s of training are done. No run of the job ends FAILED. Two tasks at
+    once: the one that starts last keeps the array's own job id, which names both tasks, so it
+    must requeue itself as ``ARRAY_TASK`` (as ``$SLURM_JOB_ID`` it was left FAILED)."""
     monkeypatch.setenv("FAKE_STEP_SECONDS", "0.5")
     spec = derived_spec(
         tmp_path,
-        grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+        grid={"model.num_layers": [2], "optimizer.lr": [0.001, 0.002]},
         overrides={"training.steps": 80, "parametrization.base_num_layers": 2},
-        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        executor={"kind": "slurm", "max_parallel": 2, "max_retries": 0, "gpus_per_run": 0},
         slurm={"time": "00:01:00", "signal_grace_s": 30},
         train_cmd=FAKE_TRAIN_CMD,
     )
     sweep_dir = tmp_path / "sw"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0
-    ((job, (rid,)),) = _arrays(sweep_dir)
+    ((job, rids),) = _arrays(sweep_dir)
     slurm.wait_gone([job], timeout=300)  # each requeue waits cred_expire (10 s on the test cluster) first
-    rd = sweep_dir / "runs" / rid
-    assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
-    ends = [e["exit_code"] for e in (json.loads(x) for x in (rd / "fake_events.jsonl").read_text().splitlines())
-            if e["event"] == "end"]  # fmt: skip
-    assert ends[-1] == 0 and len(ends) >= 2 and set(ends[:-1]) == {75}  # preempted at least once
-    assert [s["start_step"] for s in starts(rd)][0] == 0 and all(s["start_step"] > 0 for s in starts(rd)[1:])
-    log = attempts.read(rd)
-    assert [a.outcome for a in log.attempts] == ["preempted"] * (len(ends) - 1) + ["completed"] and log.failures == 0
+    requeues = 0
+    for rid in rids:
+        rd = sweep_dir / "runs" / rid
+        assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
+        ends = [e["exit_code"] for e in (json.loads(x) for x in (rd / "fake_events.jsonl").read_text().splitlines())
+                if e["event"] == "end"]  # fmt: skip
+        assert ends[-1] == 0 and len(ends) >= 2 and set(ends[:-1]) == {75}  # preempted at least once
+        assert [s["start_step"] for s in starts(rd)][0] == 0 and all(s["start_step"] > 0 for s in starts(rd)[1:])
+        log = attempts.read(rd)
+        assert [a.outcome for a in log.attempts] == ["preempted"] * (len(ends) - 1) + ["completed"]
+        assert log.failures == 0
+        requeues += len(ends) - 1
     text = _task_logs(sweep_dir)
-    assert text.count("requeueing job") == len(ends) - 1  # the log is appended to, not replaced, on requeue
-    assert text.count("fake_train: completed 80 steps") == 1
-    states = [c["JobState"] for c in slurm.completions() if c.get("ArrayJobId") == job]
-    assert "FAILED" not in states and states[-1] == "COMPLETED", states  # jobcomp logs a requeue as PENDING
+    assert text.count("requeueing job") == requeues  # the log is appended to, not replaced, on requeue
+    assert text.count("fake_train: completed 80 steps") == 2
+    for task in ("0", "1"):
+        states = [
+            c["JobState"] for c in slurm.completions() if (c.get("ArrayJobId"), c.get("ArrayTaskId")) == (job, task)
+        ]
+        assert "FAILED" not in states and states[-1] == "COMPLETED", (task, states)  # a requeue is logged PENDING
     assert main(["status", str(sweep_dir)]) == 0
 
 
@@ -264,3 +275,59 @@ def test_slurm_job_runs_torchrun_without_the_environment_on_path(slurm: Cluster,
     log = next((run_dir / "launch").glob("slurm-*.out")).read_text()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed", log
     assert re.search(r"-m torch\.distributed\.run", (run_dir / "launch" / "slurm.sbatch").read_text())
+
+
+# ----------------------------------------------------------------------------- a job that dies at once
+
+
+def _status_from_another_host(sweep_dir: Path, env: dict) -> subprocess.CompletedProcess:
+    """``launch status`` as a login node runs it: another host name (a UTS namespace), so the
+    compute node's pids cannot be checked."""
+    status = shlex.join([sys.executable, "-m", "launch", "status", str(sweep_dir)])
+    argv = ["unshare", "--uts", "sh", "-c", f"hostname login-node && {status}"]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_status_after_the_job_died_at_once_says_pending_and_a_rerun_finishes(slurm: Cluster, tmp_path, monkeypatch):
+    """Every process of an array task SIGKILLed together (what a node failure leaves): its
+    attempt stays open in attempts.json. `status` on another host must not call the run
+    running forever (exit 4): squeue says the attempt's job ended, so it is pending (75), and
+    the rerun resubmits it and it completes."""
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --uts is not allowed here")
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.2")
+    spec = derived_spec(
+        tmp_path,
+        grid={"model.num_layers": [2], "optimizer.lr": [0.001]},
+        overrides={"training.steps": 200, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        train_cmd=FAKE_TRAIN_CMD,
+    )
+    sweep_dir = tmp_path / "sw"
+    argv = ["sweep", str(spec), "--sweep-dir", str(sweep_dir)]
+    assert main(argv) == 0
+    ((array, (rid,)),) = _arrays(sweep_dir)
+    rd = sweep_dir / "runs" / rid
+    _wait(lambda: starts(rd) and attempts.read(rd).attempts, 120, "the run to start")
+    (attempt,) = attempts.read(rd).attempts
+    assert attempt.job == f"{array}_0"  # the array task, as squeue names it alone
+    raw = slurm.job(attempt.job)["JobId"]  # listpids takes no array form
+    pids = [line.split()[0] for line in slurm.run("scontrol", "listpids", raw).stdout.splitlines()[1:]]
+    subprocess.run(["kill", "-KILL", *pids], check=False)
+    slurm.wait_gone([array], timeout=60)
+    assert attempts.read(rd).attempts[-1].open  # nothing was left to close it
+    assert squeue.active_jobs([attempt.job]) == set() and squeue.listed_array_jobs([array]) == set()
+
+    env = {**with_repo_on_path(REPO, os.environ), **slurm.env}
+    status = _status_from_another_host(sweep_dir, env)
+    assert status.returncode == 75, status.stdout + status.stderr
+    assert re.search(r"running\s+0\n\s+pending\s+1\n", status.stdout)
+    assert "1 run(s) that need work are in no queued array" in status.stdout
+
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.01")  # the job inherits it: the rest trains quickly
+    assert main(argv) == 0
+    (_, (job2, again)) = _arrays(sweep_dir)
+    assert again == [rid]
+    slurm.wait_gone([job2], timeout=120)
+    assert [a.outcome for a in attempts.read(rd).attempts] == ["interrupted", "completed"]
+    assert _status_from_another_host(sweep_dir, env).returncode == 0
