@@ -95,8 +95,22 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
     args, rest = parser.parse_known_args(argv)
     bad = [r for r in rest if r.startswith("-") or "=" not in r]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        _unrecognized(parser, args.command, bad)
     return args, rest
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
+    """argparse's exit 2 for arguments no option takes; where one names a config key (torchtitan's
+    ``--optimizer.lr=3e-4``, Megatron-LM's ``--num-layers 8``), the override to write instead."""
+    from runconfig import override_hint
+
+    schema = None
+    if command == "job":
+        from runconfig.schema import RunConfig as schema
+    elif command == "sweep":
+        from launch.sweep_spec import SweepSpec as schema
+    hint = override_hint(extra, schema) if command in ("job", "sweep") else None
+    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f"\n{hint}" if hint else ""))
 
 
 def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> ExitCode:
@@ -232,7 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
         if args.command == "sweep":
             return _cmd_sweep(args, extra)
         if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            _unrecognized(parser, args.command, extra)
         if args.command == "demo":
             from study import cli as study_cli
 
