@@ -49,6 +49,17 @@ LOGIT_RTOL = 1e-4  # max |logit difference| / max |logit|, float32
 LOSS_ATOL = 1e-5  # nats
 
 
+class NoTokenizerError(ExportError):
+    """The run's tokenizer cannot go with the model; ``reason`` says why, the message adds what
+    ``--weights-only`` does (the command that has that flag says so; ``eval lm-eval`` has not)."""
+
+    HINT = "--weights-only exports the weights without a tokenizer"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}; {self.HINT}")
+        self.reason = reason
+
+
 def read_run_config(run_dir: Path) -> RunConfig:
     path = run_dir / CONFIG_FILE
     if not path.is_file():
@@ -72,22 +83,21 @@ def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], 
 
 
 def matching_tokenizer(run_dir: Path, path: Optional[str], sha256: Optional[str], vocab: int):
-    """The run's tokenizer, refused (:class:`ExportError`, naming the cause) when it cannot be
+    """The run's tokenizer, refused (:class:`NoTokenizerError`, naming the cause) when it cannot be
     the model's: no tokenizer (mock data), a missing file, a file changed since the data was
     made (sha256), or another vocabulary size."""
-    hint = "; --weights-only exports the weights without a tokenizer"
     if path is None:
-        raise ExportError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export{hint}")
+        raise NoTokenizerError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export")
     if not Path(path).exists():
-        raise ExportError(f"{path}: the run's tokenizer file does not exist{hint}")
+        raise NoTokenizerError(f"{path}: the run's tokenizer file does not exist")
     tok = load_tokenizer(path)
     if sha256 and tok.sha256 != sha256:
-        raise ExportError(
+        raise NoTokenizerError(
             f"{path}: sha256 {tok.sha256[:12]}... is not the manifest's {sha256[:12]}...: the tokenizer changed "
-            f"after the data was made{hint}"
+            f"after the data was made"
         )
     if tok.vocab_size != vocab:
-        raise ExportError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}{hint}")
+        raise NoTokenizerError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}")
     return tok
 
 
