@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=int, help="with --submission: the task's rank (default: $SLURM_ARRAY_TASK_ID)")
     p.add_argument("--tasks", type=int, help="with --submission: the stage's task count (checked)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, applied last")
-    return p
+    return state_defaults(p)
 
 
 def _flag_layer(args: argparse.Namespace) -> dict:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
@@ -81,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     from study import cli as study_cli  # the command line is the top layer: it may start a study
 
     study_cli.add_arguments(sub.add_parser("demo", help="a depth-transfer study end to end (--quick: smoke test)"))
-    return parser
+    return state_defaults(parser)
 
 
 def _executor_flags(parser: argparse.ArgumentParser) -> None:

@@ -34,6 +34,7 @@ import torch
 
 from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
@@ -242,6 +243,16 @@ def main(argv: Optional[list[str]] = None) -> ExitCode:
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()  # a bar per shard written and loaded: noise around a one-line result
+    args = build_parser().parse_args(argv)
+    try:
+        record = export(args.run_dir, args.out, args.step, args.parity_sequences, args.weights_only)
+    except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return _report(args, record)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
@@ -252,12 +263,10 @@ def main(argv: Optional[list[str]] = None) -> ExitCode:
         action="store_true",
         help="export the model without a tokenizer (a run on mock data, or one whose tokenizer is gone)",
     )
-    args = parser.parse_args(argv)
-    try:
-        record = export(args.run_dir, args.out, args.step, args.parity_sequences, args.weights_only)
-    except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    return state_defaults(parser)
+
+
+def _report(args: argparse.Namespace, record: dict) -> ExitCode:
     p = record["parity"]
     print(
         f"{args.out}: {record['architecture']} from {record['checkpoint']}; logits max rel diff "
