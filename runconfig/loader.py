@@ -142,7 +142,7 @@ def load_config(
 def _blamed(message: str, layers: list[tuple[str, Any]], path: Any) -> str:
     """Where the key a check's message starts with was last set: the command line's overrides
     (not the file, which may hold another value), the file, or the defaults."""
-    key = re.match(r"([A-Za-z_]\w*(?:\.\w+)+):", message)
+    key = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)(?::|=[^:\s]*:)", message)  # "key: ..." or "key=value: ..."
     if key:
         for source, layer in reversed(layers):
             tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer

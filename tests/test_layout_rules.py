@@ -127,3 +127,6 @@ def test_a_bad_value_is_blamed_on_where_it_was_given(tmp_path):
     bad.write_text("optimizer:\n  lr: -1\n")
     with pytest.raises(ConfigError, match=rf"^{bad}: optimizer.lr: must be a positive"):
         load_config(RunConfig, bad)
+    # a refusal that quotes the value ("key=value: why") is blamed the same way
+    with pytest.raises(ConfigError, match=r"^command-line overrides: parametrization.width=yaida: Yaida's family"):
+        load_config(RunConfig, TINY, ["parametrization.width=yaida", "parametrization.yaida_s=0.5"])
