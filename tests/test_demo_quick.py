@@ -156,6 +156,16 @@ def test_corpus_flag_and_a_second_corpus_in_the_same_out_dir_is_refused(tmp_path
     assert "on sotu:" in md and "State of the Union addresses" in md
 
 
+def test_a_bad_flag_value_is_named_as_the_flag(capsys):
+    """--depths 4 2 was refused as the study file's 'depths' key, naming configs/studies/default.yaml."""
+    from launch.__main__ import main
+
+    assert main(["demo", "--depths", "4", "2"]) == 2
+    assert capsys.readouterr().err == "error: --depths: must be positive and strictly increasing, got [4, 2]\n"
+    assert main(["demo", "--quick", "--base-seeds", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --base-seeds: must be >= 0 (0: as many as seeds), got -1\n"
+
+
 def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     from launch.errors import LaunchError
     from study.spec import load_study, study_path
