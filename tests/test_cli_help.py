@@ -50,6 +50,13 @@ def test_launch_job_help_lines():
     assert "(default: the job name)" in text and "(default: the job name) (default" not in text  # stated once
 
 
+def test_demo_out_help_names_the_default_of_every_study():
+    """--out's default is demo_out/<study name>[_<corpus>] (study/cli.py), not only demo or demo_quick."""
+    demo = next(a for a in launch_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["demo"]
+    text = " ".join(demo.format_help().split())
+    assert "(default: demo_out/<the study's name>, plus _<corpus> off kjv: demo_out/demo," in text
+
+
 def test_state_defaults_leaves_what_has_nothing_to_state():
     p = argparse.ArgumentParser()
     p.add_argument("--a", default=None, help="no default")
