@@ -140,13 +140,16 @@ def load_config(
 
 
 def _blamed(message: str, layers: list[tuple[str, Any]], path: Any) -> str:
-    """Where the key a check's message starts with was last set: the command line's overrides
-    (not the file, which may hold another value), the file, or the defaults."""
-    key = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)(?::|=[^:\s]*:)", message)  # "key: ..." or "key=value: ..."
-    if key:
+    """Where a key a check's message names was last set: the command line's overrides (not the
+    file, which may hold another value), the file, or the defaults. The key the message starts
+    with ("key: ..." or "key=value: ...") and the keys it names after it (a cross-key check:
+    "model.hidden_size: 64 is not divisible by model.num_attention_heads=5") count alike."""
+    first = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)(?::|=[^:\s]*:)", message)
+    if first:
+        named = {first.group(1), *re.findall(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)=", message)}
         for source, layer in reversed(layers):
             tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer
-            if isinstance(tree, dict) and key.group(1) in flatten(tree):
+            if isinstance(tree, dict) and named & set(flatten(tree)):
                 return source
     return str(path or "config")
 
