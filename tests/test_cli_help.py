@@ -71,3 +71,19 @@ def test_state_defaults_leaves_what_has_nothing_to_state():
     assert helps["d"] == "has one (default 3)" and helps["pos"] == "positional"
     assert helps["e"] == "percent (default: 50%%)"
     assert "percent (default: 50%)" in p.format_help()  # argparse's %-expansion gives the % back
+
+
+def test_testdata_help_fetches_nothing(monkeypatch, capsys):
+    """`python -m data_prep.testdata -h` ran every pinned download and printed the paths."""
+    import data_prep.testdata as testdata
+
+    def fetch():
+        raise AssertionError("-h fetched the sample files")
+
+    monkeypatch.setattr(testdata, "dolma_files", fetch)
+    with pytest.raises(SystemExit) as exc:
+        testdata.main(["-h"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m data_prep.testdata [-h]")
+    with pytest.raises(SystemExit) as exc:
+        testdata.main(["--bogus"])
+    assert exc.value.code == 2
