@@ -37,7 +37,11 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="train_gpt.py", description=__doc__.splitlines()[0])
+    from runconfig import OverridesParser
+    from runconfig.schema import RunConfig
+
+    parser = OverridesParser(prog="train_gpt.py", description=__doc__.splitlines()[0])
+    parser.override_schema = RunConfig
     parser.add_argument("--config", required=True, help="run config YAML (see configs/ and runconfig/schema.py)")
     parser.add_argument("--force", action="store_true", help="retrain even if the run directory says it finished")
     # The DeepSpeed launcher appends --local_rank=N; torchrun and SLURM use LOCAL_RANK.

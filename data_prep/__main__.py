@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
@@ -30,12 +31,16 @@ EXAMPLES = """examples:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from data_prep.config import DataPrepConfig
+    from runconfig import OverridesParser
+
+    p = OverridesParser(
         prog="python -m data_prep",
         description="Common Crawl shards (WET, WARC, JSONL, parquet) -> Megatron .bin/.idx datasets",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.override_schema = DataPrepConfig
     p.add_argument("--config", help="YAML config (schema: data_prep/config.py, docs/data_prep.md)")
     p.add_argument("--input", action="append", help="input file, directory or glob (repeatable) -> input.paths")
     p.add_argument("--output", help="output directory -> output.dir")
@@ -55,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=int, help="with --submission: the task's rank (default: $SLURM_ARRAY_TASK_ID)")
     p.add_argument("--tasks", type=int, help="with --submission: the stage's task count (checked)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, applied last")
-    return p
+    return state_defaults(p)
 
 
 def _flag_layer(args: argparse.Namespace) -> dict:

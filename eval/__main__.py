@@ -19,6 +19,7 @@ import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from rundir.contract import ExitCode
 
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command, help=getattr(module, "HELP", None), description=getattr(module, "HELP", None))
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
-    return parser
+    return state_defaults(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:

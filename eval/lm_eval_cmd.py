@@ -34,7 +34,7 @@ from rundir.files import (
     latest_checkpoint,
     step_dir_name,
 )
-from training.export_hf import EXPORT_FILE, export
+from training.export_hf import EXPORT_FILE, NoTokenizerError, export
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
@@ -177,8 +177,13 @@ def run(args: argparse.Namespace) -> ExitCode:
         try:
             folder, dest = model_folder(target, args.step)
             result, samples = evaluate(folder, args)
+        except NoTokenizerError as exc:  # export's --weights-only is no way out here: lm-eval needs the tokenizer
+            print(f"error: {exc.reason}; lm-eval scores text through the run's tokenizer", file=sys.stderr)
+            status = ExitCode.USAGE
+            continue
         except (RunDirError, ValueError, KeyError) as exc:
-            print(f"error: {target}: {exc}", file=sys.stderr)
+            message = str(exc)
+            print(f"error: {message if message.startswith(str(target)) else f'{target}: {message}'}", file=sys.stderr)
             status = ExitCode.USAGE
             continue
         atomic_write_text(dest / LM_EVAL_FILE, json.dumps(result, indent=1))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
@@ -81,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     from study import cli as study_cli  # the command line is the top layer: it may start a study
 
     study_cli.add_arguments(sub.add_parser("demo", help="a depth-transfer study end to end (--quick: smoke test)"))
-    return parser
+    return state_defaults(parser)
 
 
 def _executor_flags(parser: argparse.ArgumentParser) -> None:
@@ -95,8 +96,22 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
     args, rest = parser.parse_known_args(argv)
     bad = [r for r in rest if r.startswith("-") or "=" not in r]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        _unrecognized(parser, args.command, bad)
     return args, rest
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
+    """argparse's exit 2 for arguments no option takes; where one names a config key (torchtitan's
+    ``--optimizer.lr=3e-4``, Megatron-LM's ``--num-layers 8``), the override to write instead."""
+    from runconfig import override_hint
+
+    schema = None
+    if command == "job":
+        from runconfig.schema import RunConfig as schema
+    elif command == "sweep":
+        from launch.sweep_spec import SweepSpec as schema
+    hint = override_hint(extra, schema) if command in ("job", "sweep") else None
+    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f"\n{hint}" if hint else ""))
 
 
 def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> ExitCode:
@@ -233,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
         if args.command == "sweep":
             return _cmd_sweep(args, extra)
         if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            _unrecognized(parser, args.command, extra)
         if args.command == "demo":
             from study import cli as study_cli
 

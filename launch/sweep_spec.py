@@ -14,7 +14,7 @@ import itertools
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -62,7 +62,19 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     try:
         return load_config(SweepSpec, path, overrides)
     except ConfigError as exc:
-        raise LaunchError(f"sweep spec {exc}") from None
+        raise LaunchError(f"sweep spec {exc}{_run_key_hint(overrides)}") from None
+
+
+def _run_key_hint(overrides: Sequence[str]) -> str:
+    """Where a run-config key given as a spec override (``training.steps=50``) belongs: the
+    spec's fixed ``overrides`` (``overrides.training.steps=50``) apply it to every run."""
+    from runconfig.schema import RunConfig
+
+    sections = {f.name for f in fields(RunConfig)}
+    run_keys = [o for o in overrides if "=" in o and o.split(".", 1)[0] in sections]
+    if not run_keys:
+        return ""
+    return "; run-config keys go under the spec's overrides: write " + ", ".join(f"overrides.{o}" for o in run_keys)
 
 
 def grid_values(key: str, raw: Any, where: str) -> list[Any]:

@@ -7,15 +7,27 @@ directory and exit codes are :mod:`rundir`'s; atomic writes and job scripts :mod
 
 from typing import Any
 
-from runconfig.loader import ConfigError, changed_keys, describe_changes, dump_yaml, flatten, load_config, to_dict
+from runconfig.loader import (
+    ConfigError,
+    OverridesParser,
+    changed_keys,
+    describe_changes,
+    dump_yaml,
+    flatten,
+    load_config,
+    override_hint,
+    to_dict,
+)
 
 __all__ = [
     "ConfigError",
+    "OverridesParser",
     "changed_keys",
     "describe_changes",
     "dump_yaml",
     "flatten",
     "load_config",
+    "override_hint",
     "to_dict",
 ]
 

@@ -9,6 +9,7 @@ rejects raises :class:`ConfigError` naming the file and the dotted key.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -26,6 +27,59 @@ _LITERAL_ERROR = re.compile(r"Invalid value ('.*'), expected one of (\[.*\])")
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the file and key."""
+
+
+_DASHED_OPTION = re.compile(r"--?([A-Za-z_][\w-]*(?:\.[\w-]+)*)(?:=(.*))?", re.DOTALL)
+
+
+def schema_keys(schema: type) -> list[str]:
+    """Every dotted leaf key of a config dataclass (``optimizer.lr``, ``model.num_layers``, ...)."""
+    return sorted(flatten(OmegaConf.to_container(OmegaConf.structured(schema))))
+
+
+def override_hint(unrecognized: Sequence[str], schema: type | None = None) -> str | None:
+    """The ``key=value`` override meant by options argparse does not know, or None.
+
+    torchtitan writes config keys as options (``--optimizer.lr=3e-4``, ``--optimizer.lr 3e-4``)
+    and Megatron-LM has one flag per setting (``--num-layers 8``); here both are dotted
+    ``key=value`` overrides. A dotted option is the key itself; an undotted one is looked up by
+    its last part among ``schema``'s keys (dashes read as underscores)."""
+    wanted: list[str] = []
+    tokens = list(unrecognized)
+    for i, token in enumerate(tokens):
+        m = _DASHED_OPTION.fullmatch(token)
+        if not m:
+            continue
+        name, value = m.group(1).replace("-", "_"), m.group(2)
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if value is None and following is not None and not following.startswith("-") and "=" not in following:
+            value = following  # ``--lr 3e-4``: argparse left the value unclaimed beside its option
+        value = "VALUE" if value is None else value
+        if "." in name:
+            wanted.append(f"{name}={value}")
+        elif schema is not None:
+            keys = [k for k in schema_keys(schema) if k.rsplit(".", 1)[-1] == name]
+            if keys:
+                wanted.append(" or ".join(f"{k}={value}" for k in keys))
+    if not wanted:
+        return None
+    return "config overrides are dotted key=value arguments without dashes: write " + ", ".join(wanted)
+
+
+class OverridesParser(argparse.ArgumentParser):
+    """argparse for a command that takes ``key=value`` overrides of ``override_schema``: an
+    unknown option that names a config key (``--optimizer.lr=3e-4``, ``--num-layers 8``) is
+    refused with the override to write instead (still argparse's exit 2)."""
+
+    override_schema: type | None = None
+
+    def error(self, message: str):  # type: ignore[override]
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            hint = override_hint(message[len(prefix) :].split(" "), self.override_schema)
+            if hint:
+                message = f"{message}\n{hint}"
+        super().error(message)
 
 
 def _describe(exc: OmegaConfBaseException) -> str:
@@ -86,13 +140,16 @@ def load_config(
 
 
 def _blamed(message: str, layers: list[tuple[str, Any]], path: Any) -> str:
-    """Where the key a check's message starts with was last set: the command line's overrides
-    (not the file, which may hold another value), the file, or the defaults."""
-    key = re.match(r"([A-Za-z_]\w*(?:\.\w+)+):", message)
-    if key:
+    """Where a key a check's message names was last set: the command line's overrides (not the
+    file, which may hold another value), the file, or the defaults. The key the message starts
+    with ("key: ..." or "key=value: ...") and the keys it names after it (a cross-key check:
+    "model.hidden_size: 64 is not divisible by model.num_attention_heads=5") count alike."""
+    first = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)(?::|=[^:\s]*:)", message)
+    if first:
+        named = {first.group(1), *re.findall(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)=", message)}
         for source, layer in reversed(layers):
             tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer
-            if isinstance(tree, dict) and key.group(1) in flatten(tree):
+            if isinstance(tree, dict) and named & set(flatten(tree)):
                 return source
     return str(path or "config")
 

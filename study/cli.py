@@ -54,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a JSONL file of {\"text\": ...} records (data_prep prepares it) or a folder data_prep wrote "
         f"(default: the study file's corpus key, {DEFAULT_CORPUS} where it has none)",
     )  # fmt: skip
-    parser.add_argument("--out", help="output directory (default: demo_out/<demo|demo_quick>, plus _<corpus> off kjv)")
+    parser.add_argument(
+        "--out",
+        help="output directory (default: demo_out/<the study's name>, plus _<corpus> off kjv: demo_out/demo, demo_out/demo_quick, demo_out/fig10_sotu, ...)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
     parser.add_argument(
         "--executor", choices=("local", "slurm"), default="local",

@@ -18,6 +18,7 @@ from typing import Optional
 import yaml
 
 from data_prep.stages import DataPrepError
+from data_prep.tokenizer import TokenizerError
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from rundir.contract import ExitCode
@@ -74,6 +75,12 @@ def run_demo(
         return ExitCode.USAGE
     except DataPrepError as exc:  # e.g. data_prep's readers missing where the tokenized data was not carried
         _log(f"error: building {out / 'data'} from corpus {s.corpus!r}: {exc}")
+        return ExitCode.USAGE
+    except TokenizerError as exc:  # e.g. a vocabulary too small for the corpus's characters
+        _log(
+            f"error: building {out / 'data'} from corpus {s.corpus!r}: {exc} "
+            f"(tokenizer.vocab_size is the study file's vocab_size: {s.vocab_size})"
+        )
         return ExitCode.USAGE
     spec_path = write_sweep_spec(out, s, data_dir, workers, executor, slurm)
     sweep_dir = (out / "sweep").resolve()

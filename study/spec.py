@@ -162,7 +162,14 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
     study = replace(study, presets=_presets(path, study.presets), corpus=_corpus(path, study.corpus, overrides))
-    _check(path, study)
+    try:
+        _check(path, study)
+    except LaunchError as exc:  # a value the command line gave (--depths, --seeds, ...) is named as its flag
+        for key, value in overrides.items():
+            head = f"{path}: {key}: "
+            if value is not None and str(exc).startswith(head):
+                raise LaunchError(f"--{key.replace('_', '-')}: {str(exc)[len(head) :]}") from exc
+        raise
     return study
 
 

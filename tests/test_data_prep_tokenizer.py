@@ -122,3 +122,37 @@ def test_bad_tokenizer_files(tmp_path):
     bad_json.write_text('{"not": "a tokenizer"}')
     with pytest.raises(TokenizerError, match="not a Hugging Face tokenizer.json"):
         load_tokenizer(bad_json)
+
+
+def _many_characters(documents: int = 20) -> list[str]:
+    """English lines with 400 distinct CJK characters: more pieces than a 300-piece model holds."""
+    chars = "".join(chr(0x4E00 + i) for i in range(400))
+    return [english_doc(i) + "\n" + chars for i in range(documents)]
+
+
+def test_a_vocabulary_too_small_for_the_characters_names_the_key(tmp_path):
+    """SentencePiece's own check ended the run with a RuntimeError traceback from its C++ source."""
+    with pytest.raises(TokenizerError) as err:
+        train_sentencepiece(_many_characters(), tmp_path / "t.model", TokenizerConfig(vocab_size=300))
+    needed = int(str(err.value).split(" is below the ")[1].split()[0])
+    assert needed > 400 + 256  # the characters, the byte pieces and the special tokens
+    assert str(err.value) == (
+        f"tokenizer.vocab_size: 300 is below the {needed} pieces a model of this text must hold (its characters at "
+        "tokenizer.character_coverage=0.9995, 256 byte pieces, the special tokens): give tokenizer.vocab_size >= "
+        f"{needed}, or a lower tokenizer.character_coverage (rarer characters then go to byte pieces)"
+    )
+    assert not (tmp_path / "t.model").exists()
+    train_sentencepiece(_many_characters(), tmp_path / "t.model", TokenizerConfig(vocab_size=needed))  # enough
+
+
+def test_the_cli_exits_2_on_a_vocabulary_too_small(tmp_path, capsys):
+    import json
+
+    from data_prep.__main__ import main
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in _many_characters()))
+    argv = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out"), "--vocab-size", "300"]
+    off = ["clean.language.enabled=false", "clean.quality.enabled=false", "clean.c4.enabled=false"]
+    assert main([*argv, "--workers", "0", "--no-progress", *off]) == 2
+    err = capsys.readouterr().err
+    assert "data_prep: config error: tokenizer.vocab_size: 300 is below the " in err and "Traceback" not in err

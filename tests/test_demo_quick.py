@@ -157,6 +157,16 @@ def test_corpus_flag_and_a_second_corpus_in_the_same_out_dir_is_refused(tmp_path
     assert "on sotu:" in md and "State of the Union addresses" in md
 
 
+def test_a_bad_flag_value_is_named_as_the_flag(capsys):
+    """--depths 4 2 was refused as the study file's 'depths' key, naming configs/studies/default.yaml."""
+    from launch.__main__ import main
+
+    assert main(["demo", "--depths", "4", "2"]) == 2
+    assert capsys.readouterr().err == "error: --depths: must be positive and strictly increasing, got [4, 2]\n"
+    assert main(["demo", "--quick", "--base-seeds", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --base-seeds: must be >= 0 (0: as many as seeds), got -1\n"
+
+
 def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     from launch.errors import LaunchError
     from study.spec import load_study, study_path
@@ -405,3 +415,20 @@ def test_a_study_on_the_users_own_jsonl_and_on_their_prepared_data(tmp_path, mon
         (mine / "mine.yaml").write_text(text + f"corpus: {corpus}\n")
         with pytest.raises(LaunchError, match=f"mine.yaml: corpus: .*{message}"):
             load_study(str(mine / "mine.yaml"))
+
+
+def test_a_corpus_with_more_characters_than_the_vocabulary_exits_2(tmp_path, capsys):
+    """The study's vocab_size below what SentencePiece needs for the corpus's characters: exit 2
+    naming the key, before any run (it ended in a traceback from SentencePiece's C++ source)."""
+    from launch.__main__ import main
+    from tests.data_prep_fixtures import english_doc
+
+    chars = "".join(chr(0x4E00 + i) for i in range(400))
+    corpus = tmp_path / "cjk.jsonl"
+    corpus.write_text("".join(json.dumps({"text": english_doc(i) + "\n" + chars}) + "\n" for i in range(40)))
+    out = tmp_path / "out"
+    assert main(["demo", "--quick", "--corpus", str(corpus), "--out", str(out), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: building {out / 'data'} from corpus '{corpus}': tokenizer.vocab_size: 512 is below the " in err
+    assert err.rstrip().endswith("(tokenizer.vocab_size is the study file's vocab_size: 512)")
+    assert "Traceback" not in err and not (out / "sweep").exists()

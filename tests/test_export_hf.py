@@ -128,7 +128,11 @@ def test_a_run_without_a_tokenizer_exports_only_with_weights_only(tmp_path, mega
     assert eval_main(["lm-eval", str(tmp_path / "hf"), "--tasks", "pydoc_continuation"]) == 2
     assert "exported without a tokenizer" in capsys.readouterr().err
     assert eval_main(["lm-eval", str(run), "--tasks", "pydoc_continuation"]) == 2  # a run dir: exported first
-    assert "trained on mock data" in capsys.readouterr().err
+    # one path, and no word of export's --weights-only, which lm-eval has not and which could not help
+    assert capsys.readouterr().err == (
+        f"error: {run}: trained on mock data (data.mock=true): there is no tokenizer to export; "
+        "lm-eval scores text through the run's tokenizer\n"
+    )
 
 
 def config_only_run(tmp_path: Path, *overrides: str) -> Path:

@@ -113,6 +113,20 @@ def test_bad_grid_point_is_named(tmp_path, capsys):
     assert "pipeline_model_parallel_size" in err
 
 
+def test_a_run_config_key_given_to_the_spec_says_where_it_goes(tmp_path, capsys):
+    """`launch sweep SPEC training.steps=50` overrides the spec, which has no 'training' key: the
+    error says the run-config key goes under the spec's fixed overrides, and that form works."""
+    sweep_dir = str(tmp_path / "sw")
+    code, err = _run_main(capsys, "sweep", str(TINY_SPEC), "training.steps=50", "--sweep-dir", sweep_dir, "--dry-run")
+    assert code == 2
+    assert err == (
+        "error: sweep spec command-line overrides: key 'training': Key 'training' not in 'SweepSpec'; "
+        "run-config keys go under the spec's overrides: write overrides.training.steps=50\n"
+    )
+    spec = load_spec(TINY_SPEC, ["overrides.training.steps=50"])
+    assert spec.overrides["training"]["steps"] == 50
+
+
 def test_training_key_may_be_swept_when_allowed(tmp_path):
     spec = derived_spec(tmp_path, grid={"training.steps": [10, 20]}, allow_grid_keys=["training.steps"], overrides={})
     plan = expand(spec, load_spec(spec))

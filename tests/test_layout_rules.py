@@ -127,3 +127,16 @@ def test_a_bad_value_is_blamed_on_where_it_was_given(tmp_path):
     bad.write_text("optimizer:\n  lr: -1\n")
     with pytest.raises(ConfigError, match=rf"^{bad}: optimizer.lr: must be a positive"):
         load_config(RunConfig, bad)
+    # a refusal that quotes the value ("key=value: why") is blamed the same way
+    with pytest.raises(ConfigError, match=r"^command-line overrides: parametrization.width=yaida: Yaida's family"):
+        load_config(RunConfig, TINY, ["parametrization.width=yaida", "parametrization.yaida_s=0.5"])
+    # a cross-key check is blamed on where any key it names was last set: the heads, given on the
+    # command line, not the file's hidden size the message starts with
+    with pytest.raises(
+        ConfigError, match=r"^command-line overrides: model.hidden_size: 64 is not divisible by model.n"
+    ):
+        load_config(RunConfig, TINY, ["model.num_attention_heads=5"])
+    heads = tmp_path / "heads.yaml"
+    heads.write_text(TINY.read_text().replace("num_attention_heads: 4", "num_attention_heads: 5"))
+    with pytest.raises(ConfigError, match=rf"^{heads}: model.hidden_size: 64 is not divisible by model.num_att"):
+        load_config(RunConfig, heads, ["optimizer.lr=0.01"])

@@ -105,12 +105,14 @@ def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
 
 def test_lm_eval_refuses_what_is_not_a_run_or_export(tmp_path, capsys):
     assert main(["lm-eval", str(tmp_path), "--tasks", "pydoc_continuation"]) == 2
-    assert "neither a run directory" in capsys.readouterr().err
+    assert capsys.readouterr().err == (  # the path once (it was printed twice)
+        f"error: {tmp_path}: neither a run directory (config.yaml) nor an export folder (export.json)\n"
+    )
 
 
 def test_lm_eval_step_without_a_checkpoint_names_the_steps_that_have_one(run_dir, capsys):
     # the run saved only its final checkpoint (step 30): --step 7 is refused, exit 2, in one line
     assert main(["lm-eval", str(run_dir), "--step", "7", "--tasks", "pydoc_continuation"]) == 2
     err = capsys.readouterr().err
-    assert f"error: {run_dir}: no checkpoint at step 7" in err and "steps with one: 30" in err
+    assert err == f"error: {run_dir}: no checkpoint at step 7 in {run_dir / 'checkpoints'}; steps with one: 30\n"
     assert "Traceback" not in err

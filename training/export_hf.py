@@ -34,6 +34,7 @@ import torch
 
 from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
+from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
@@ -47,6 +48,17 @@ EXPORT_FILE = "export.json"
 EXPORT_FORMAT_VERSION = 1
 LOGIT_RTOL = 1e-4  # max |logit difference| / max |logit|, float32
 LOSS_ATOL = 1e-5  # nats
+
+
+class NoTokenizerError(ExportError):
+    """The run's tokenizer cannot go with the model; ``reason`` says why, the message adds what
+    ``--weights-only`` does (the command that has that flag says so; ``eval lm-eval`` has not)."""
+
+    HINT = "--weights-only exports the weights without a tokenizer"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}; {self.HINT}")
+        self.reason = reason
 
 
 def read_run_config(run_dir: Path) -> RunConfig:
@@ -73,22 +85,21 @@ def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], 
 
 
 def matching_tokenizer(run_dir: Path, path: Optional[str], sha256: Optional[str], vocab: int):
-    """The run's tokenizer, refused (:class:`ExportError`, naming the cause) when it cannot be
+    """The run's tokenizer, refused (:class:`NoTokenizerError`, naming the cause) when it cannot be
     the model's: no tokenizer (mock data), a missing file, a file changed since the data was
     made (sha256), or another vocabulary size."""
-    hint = "; --weights-only exports the weights without a tokenizer"
     if path is None:
-        raise ExportError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export{hint}")
+        raise NoTokenizerError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export")
     if not Path(path).exists():
-        raise ExportError(f"{path}: the run's tokenizer file does not exist{hint}")
+        raise NoTokenizerError(f"{path}: the run's tokenizer file does not exist")
     tok = load_tokenizer(path)
     if sha256 and tok.sha256 != sha256:
-        raise ExportError(
+        raise NoTokenizerError(
             f"{path}: sha256 {tok.sha256[:12]}... is not the manifest's {sha256[:12]}...: the tokenizer changed "
-            f"after the data was made{hint}"
+            f"after the data was made"
         )
     if tok.vocab_size != vocab:
-        raise ExportError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}{hint}")
+        raise NoTokenizerError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}")
     return tok
 
 
@@ -233,6 +244,16 @@ def main(argv: Optional[list[str]] = None) -> ExitCode:
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()  # a bar per shard written and loaded: noise around a one-line result
+    args = build_parser().parse_args(argv)
+    try:
+        record = export(args.run_dir, args.out, args.step, args.parity_sequences, args.weights_only)
+    except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return _report(args, record)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.export_hf", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory with at least one checkpoint")
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
@@ -243,12 +264,10 @@ def main(argv: Optional[list[str]] = None) -> ExitCode:
         action="store_true",
         help="export the model without a tokenizer (a run on mock data, or one whose tokenizer is gone)",
     )
-    args = parser.parse_args(argv)
-    try:
-        record = export(args.run_dir, args.out, args.step, args.parity_sequences, args.weights_only)
-    except (ExportError, TokenizerExportError, RunDirError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    return state_defaults(parser)
+
+
+def _report(args: argparse.Namespace, record: dict) -> ExitCode:
     p = record["parity"]
     print(
         f"{args.out}: {record['architecture']} from {record['checkpoint']}; logits max rel diff "

@@ -6,7 +6,6 @@ multi-billion-parameter config prints in seconds and lists megatron's real param
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import torch
 
 from jobscripts.quiet import quiet_libraries
-from runconfig import ConfigError, load_config
+from runconfig import ConfigError, OverridesParser, load_config
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
 
@@ -61,7 +60,8 @@ def _single_stage(cfg: RunConfig) -> RunConfig:
 
 def main(argv: list[str] | None = None) -> ExitCode:
     quiet_libraries()
-    parser = argparse.ArgumentParser(prog="python -m training.show", description=__doc__.splitlines()[0])
+    parser = OverridesParser(prog="python -m training.show", description=__doc__.splitlines()[0])
+    parser.override_schema = RunConfig
     parser.add_argument("--config", required=True, help="run config YAML")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")

@@ -1,0 +1,45 @@
+"""What every entry point's ``--help`` shows: each option's default, where it has one.
+
+argparse prints a default only where the help text spells it out, and nothing for an option
+without help, so ``--master-port`` or ``--steps`` read as if they had none. :func:`state_defaults`
+walks a parser (and its subcommands' parsers) once it is built and ends each option's help with
+``(default: X)`` unless the text already speaks of its default. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_NOTHING_TO_STATE = (None, False, argparse.SUPPRESS)
+# help that already states its default: "(default: the latest)", "(default 1: three points)",
+# "; default 1000)", "%(default)s"; not "points of the default log grid"
+_STATES_DEFAULT = re.compile(r"\(default\b|\bdefault:|\bdefault \S+\)|%\(default\)")
+
+
+def _shown(default: object) -> str:
+    if isinstance(default, (list, tuple)):
+        return " ".join(map(str, default))
+    return str(default)
+
+
+def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Append ``(default: X)`` to the help of every option of ``parser`` and its subparsers
+    that has a default worth stating (not None, False or empty) and whose help does not already
+    state it; returns ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                state_defaults(sub)
+            continue
+        default = action.default
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        if any(default is d for d in _NOTHING_TO_STATE) or default == [] or default == ():
+            continue
+        text = action.help or ""
+        if _STATES_DEFAULT.search(text):
+            continue
+        shown = _shown(default).replace("%", "%%")  # argparse expands help with %-formatting
+        action.help = f"{text} (default: {shown})" if text else f"default: {shown}"
+    return parser

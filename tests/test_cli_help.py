@@ -1,0 +1,89 @@
+"""Every entry point's --help states each option's default (jobscripts.cli.state_defaults):
+argparse prints one only where the help text spells it out."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from data_prep.__main__ import _parser as data_prep_parser
+from eval.__main__ import build_parser as eval_parser
+from jobscripts.cli import _STATES_DEFAULT, state_defaults
+from launch.__main__ import _parser as launch_parser
+from training.export_hf import build_parser as export_parser
+
+
+def _options(parser: argparse.ArgumentParser, path: str = ""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{path} {name}")
+        elif action.option_strings and action.help != argparse.SUPPRESS:
+            yield path.strip(), action
+
+
+@pytest.mark.parametrize(
+    "build",
+    [launch_parser, eval_parser, data_prep_parser, export_parser],
+    ids=["launch", "eval", "data_prep", "export"],
+)
+def test_every_default_is_in_the_help(build):
+    missing = []
+    for where, action in _options(build()):
+        default = action.default
+        if default is None or default is False or default == [] or default is argparse.SUPPRESS:
+            continue
+        text = action.help or ""
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        if f"(default: {shown})" not in text and text != f"default: {shown}" and not _STATES_DEFAULT.search(text):
+            missing.append(f"{where} {action.option_strings[0]}={default!r}: {text!r}")
+    assert not missing, "\n".join(missing)
+
+
+def test_launch_job_help_lines():
+    job = next(a for a in launch_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["job"]
+    text = " ".join(job.format_help().split())  # argparse wraps lines at the terminal width
+    assert "--master-port MASTER_PORT default: 29500" in text
+    assert "--launcher {local,torchrun,slurm,deepspeed} default: local" in text
+    assert "--signal-grace SIGNAL_GRACE SIGTERM this many s before the time limit (default: 120)" in text
+    assert "(default: the job name)" in text and "(default: the job name) (default" not in text  # stated once
+
+
+def test_demo_out_help_names_the_default_of_every_study():
+    """--out's default is demo_out/<study name>[_<corpus>] (study/cli.py), not only demo or demo_quick."""
+    demo = next(a for a in launch_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["demo"]
+    text = " ".join(demo.format_help().split())
+    assert "(default: demo_out/<the study's name>, plus _<corpus> off kjv: demo_out/demo," in text
+
+
+def test_state_defaults_leaves_what_has_nothing_to_state():
+    p = argparse.ArgumentParser()
+    p.add_argument("--a", default=None, help="no default")
+    p.add_argument("--b", action="store_true", help="a switch")
+    p.add_argument("--c", action="append", default=[], help="repeatable")
+    p.add_argument("--d", type=int, default=3, help="has one (default 3)")
+    p.add_argument("--e", default="50%", help="percent")
+    p.add_argument("pos", nargs="?", default="x", help="positional")
+    state_defaults(p)
+    helps = {a.dest: a.help for a in p._actions}
+    assert helps["a"] == "no default" and helps["b"] == "a switch" and helps["c"] == "repeatable"
+    assert helps["d"] == "has one (default 3)" and helps["pos"] == "positional"
+    assert helps["e"] == "percent (default: 50%%)"
+    assert "percent (default: 50%)" in p.format_help()  # argparse's %-expansion gives the % back
+
+
+def test_testdata_help_fetches_nothing(monkeypatch, capsys):
+    """`python -m data_prep.testdata -h` ran every pinned download and printed the paths."""
+    import data_prep.testdata as testdata
+
+    def fetch():
+        raise AssertionError("-h fetched the sample files")
+
+    monkeypatch.setattr(testdata, "dolma_files", fetch)
+    with pytest.raises(SystemExit) as exc:
+        testdata.main(["-h"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m data_prep.testdata [-h]")
+    with pytest.raises(SystemExit) as exc:
+        testdata.main(["--bogus"])
+    assert exc.value.code == 2
