@@ -40,8 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from runconfig import OverridesParser
     from runconfig.schema import RunConfig
 
-    parser = OverridesParser(prog="train_gpt.py", description=__doc__.splitlines()[0])
-    parser.override_schema = RunConfig
+    parser = OverridesParser(prog="train_gpt.py", description=__doc__.splitlines()[0], override_schema=RunConfig)
     parser.add_argument("--config", required=True, help="run config YAML (see configs/ and runconfig/schema.py)")
     parser.add_argument("--force", action="store_true", help="retrain even if the run directory says it finished")
     # The DeepSpeed launcher appends --local_rank=N; torchrun and SLURM use LOCAL_RANK.

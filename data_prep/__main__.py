@@ -39,8 +39,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Common Crawl shards (WET, WARC, JSONL, parquet) -> Megatron .bin/.idx datasets",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        override_schema=DataPrepConfig,
     )
-    p.override_schema = DataPrepConfig
     p.add_argument("--config", help="YAML config (schema: data_prep/config.py, docs/data_prep.md)")
     p.add_argument("--input", action="append", help="input file, directory or glob (repeatable) -> input.paths")
     p.add_argument("--output", help="output directory -> output.dir")

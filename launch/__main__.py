@@ -103,15 +103,16 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
 def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
     """argparse's exit 2 for arguments no option takes; where one names a config key (torchtitan's
     ``--optimizer.lr=3e-4``, Megatron-LM's ``--num-layers 8``), the override to write instead."""
-    from runconfig import override_hint
+    from runconfig import unrecognized_message
+    from runconfig.loader import UNRECOGNIZED
 
-    schema = None
     if command == "job":
         from runconfig.schema import RunConfig as schema
     elif command == "sweep":
         from launch.sweep_spec import SweepSpec as schema
-    hint = override_hint(extra, schema) if command in ("job", "sweep") else None
-    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f"\n{hint}" if hint else ""))
+    else:  # no overrides taken: no hint
+        parser.error(UNRECOGNIZED + " ".join(extra))
+    parser.error(unrecognized_message(extra, schema))
 
 
 def _cmd_job(args: argparse.Namespace, overrides: list[str]) -> ExitCode:

@@ -17,6 +17,7 @@ from runconfig.loader import (
     load_config,
     override_hint,
     to_dict,
+    unrecognized_message,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "load_config",
     "override_hint",
     "to_dict",
+    "unrecognized_message",
 ]
 
 _MOVED = {"atomic_write_text": "jobscripts.atomic", "atomic_write_bytes": "jobscripts.atomic"}

@@ -66,19 +66,28 @@ def override_hint(unrecognized: Sequence[str], schema: type | None = None) -> st
     return "config overrides are dotted key=value arguments without dashes: write " + ", ".join(wanted)
 
 
+UNRECOGNIZED = "unrecognized arguments: "  # argparse's message for arguments no option takes
+
+
+def unrecognized_message(extra: Sequence[str], schema: type | None = None) -> str:
+    """argparse's refusal of ``extra``, with :func:`override_hint`'s line where one names a config key."""
+    message = UNRECOGNIZED + " ".join(extra)
+    hint = override_hint(extra, schema)
+    return f"{message}\n{hint}" if hint else message
+
+
 class OverridesParser(argparse.ArgumentParser):
     """argparse for a command that takes ``key=value`` overrides of ``override_schema``: an
     unknown option that names a config key (``--optimizer.lr=3e-4``, ``--num-layers 8``) is
     refused with the override to write instead (still argparse's exit 2)."""
 
-    override_schema: type | None = None
+    def __init__(self, *args: Any, override_schema: type | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.override_schema = override_schema
 
     def error(self, message: str):  # type: ignore[override]
-        prefix = "unrecognized arguments: "
-        if message.startswith(prefix):
-            hint = override_hint(message[len(prefix) :].split(" "), self.override_schema)
-            if hint:
-                message = f"{message}\n{hint}"
+        if message.startswith(UNRECOGNIZED):
+            message = unrecognized_message(message[len(UNRECOGNIZED) :].split(" "), self.override_schema)
         super().error(message)
 
 

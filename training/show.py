@@ -60,8 +60,9 @@ def _single_stage(cfg: RunConfig) -> RunConfig:
 
 def main(argv: list[str] | None = None) -> ExitCode:
     quiet_libraries()
-    parser = OverridesParser(prog="python -m training.show", description=__doc__.splitlines()[0])
-    parser.override_schema = RunConfig
+    parser = OverridesParser(
+        prog="python -m training.show", description=__doc__.splitlines()[0], override_schema=RunConfig
+    )
     parser.add_argument("--config", required=True, help="run config YAML")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
