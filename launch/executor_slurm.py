@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Collection
 from pathlib import Path
+from typing import Optional
 
 from jobscripts import sbatch, squeue
 from jobscripts.atomic import atomic_write_text
@@ -99,12 +100,14 @@ def _queue_unknown(exc: squeue.QueueError) -> str:
     )
 
 
-def live_arrays(sweep_dir: Path) -> dict[str, str]:
-    """``run ID -> job id`` of this sweep's array jobs that ``squeue`` still lists (one squeue call).
+def live_arrays(sweep_dir: Path, submissions: Optional[dict[str, Path]] = None) -> dict[str, str]:
+    """``run ID -> job id`` of this sweep's array jobs that ``squeue`` still lists (one squeue call);
+    ``submissions``: :func:`submission_folders`' answer where the caller has it already.
 
     Raises :class:`jobscripts.squeue.QueueError` when squeue cannot answer: reading that as
     "nothing queued" would submit the runs of a live array again."""
-    submissions = submission_folders(sweep_dir)
+    if submissions is None:
+        submissions = submission_folders(sweep_dir)
     out: dict[str, str] = {}
     for job_id in sorted(squeue.listed_array_jobs(submissions), key=int):
         out.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))

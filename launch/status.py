@@ -80,7 +80,7 @@ def queue_view(sweep_dir: Path, plan: SweepPlan) -> QueueView:
         return QueueView()
     try:
         ended = frozenset(jobs - squeue.active_jobs(jobs))
-        live = live_arrays(sweep_dir) if folders else {}
+        live = live_arrays(sweep_dir, folders) if folders else {}
     except squeue.QueueError as exc:
         return QueueView(note=f"{exc}: runs with an attempt open in a SLURM job are counted as running")
     return QueueView(ended, live, folders)

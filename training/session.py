@@ -220,9 +220,11 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         ckpt = latest_checkpoint(run_dir)
     except RunDirError as exc:
         raise SetupError(unreadable_checkpoint(run_dir, exc)) from exc
-    if ckpt is not None and not (ckpt.parent / LATEST).is_file():
-        log.warning("%s is missing; resuming from the newest complete checkpoint, %s", ckpt.parent / LATEST, ckpt.name)
     if ckpt is not None:
+        if not (ckpt.parent / LATEST).is_file():  # latest_checkpoint fell back to the newest complete folder
+            log.warning(
+                "%s is missing; resuming from the newest complete checkpoint, %s", ckpt.parent / LATEST, ckpt.name
+            )
         try:
             common = json.loads((ckpt / COMMON_FILE).read_text())
         except (OSError, ValueError) as exc:
