@@ -82,9 +82,9 @@ def main(args: argparse.Namespace) -> ExitCode:
         corpus=args.corpus,
         variants=args.variants,
     )
+    if args.workers is not None and args.workers < 1:
+        raise LaunchError(f"--workers: must be >= 1, got {args.workers}")
     workers = args.workers or os.cpu_count() or 1
-    if workers < 1:
-        raise LaunchError("--workers: must be >= 1")
     suffix = "" if s.corpus == DEFAULT_CORPUS else f"_{corpus_label(s.corpus)}"
     out = Path(args.out or Path("demo_out") / f"{s.name}{suffix}")
     slurm = None

@@ -165,6 +165,8 @@ def test_a_bad_flag_value_is_named_as_the_flag(capsys):
     assert capsys.readouterr().err == "error: --depths: must be positive and strictly increasing, got [4, 2]\n"
     assert main(["demo", "--quick", "--base-seeds", "-1"]) == 2
     assert capsys.readouterr().err == "error: --base-seeds: must be >= 0 (0: as many as seeds), got -1\n"
+    assert main(["demo", "--quick", "--workers", "0"]) == 2  # was: 0 silently meant every core
+    assert capsys.readouterr().err == "error: --workers: must be >= 1, got 0\n"
 
 
 def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
