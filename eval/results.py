@@ -422,6 +422,38 @@ def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
     return SweepResults(sweep.path, rows, sweep.extra_keys, [*sweep.warnings, note])
 
 
+def keep_where(sweep: SweepResults, conditions: list[tuple[str, str]]) -> SweepResults:
+    """Only the rows whose column KEY holds VALUE, for each ``(KEY, VALUE)`` (``eval transfer
+    --where``): one variant of a study that swept several, e.g. ``model.block=linear1``. Values
+    match as text, or as numbers where both parse (``0.5`` is ``0.50``); a key that is not a
+    column, or a value no row holds, is an error naming the values there are."""
+    rows = sweep.rows
+    for key, value in conditions:
+        column = CANONICAL_COLUMNS.get(key, key)
+        if column not in CONFIG_KEYS and column not in sweep.extra_keys:
+            columns = [*CANONICAL_COLUMNS, *sweep.extra_keys]
+            raise ResultsError(f"{sweep.path}: --where {key}={value}: no column {key!r} (columns: {columns})")
+        cells = rows[column]
+        hit = cells.map(lambda cell, value=value: _same_value(cell, value))
+        if not hit.any():
+            held = sorted({str(cell) for cell in cells})
+            raise ResultsError(f"{sweep.path}: --where {key}={value}: no row has it (column {key!r} holds {held})")
+        rows = rows[hit]
+    text = " ".join(f"{key}={value}" for key, value in conditions)
+    note = f"only rows with {text} analysed (--where)"
+    return SweepResults(sweep.path, rows.reset_index(drop=True), sweep.extra_keys, [*sweep.warnings, note])
+
+
+def _same_value(cell: object, value: str) -> bool:
+    text = str(cell).strip()
+    if text == value.strip():
+        return True
+    try:
+        return math.isclose(float(text), float(value), rel_tol=1e-9)
+    except ValueError:
+        return False
+
+
 def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
     """Use ``source``'s runs at the base depth for every other preset, and say so.
 

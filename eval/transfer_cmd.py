@@ -67,6 +67,13 @@ def _goal(text: str) -> tuple[str, float]:
     return name, target
 
 
+def _condition(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected COLUMN=VALUE, e.g. model.block=linear1")
+    return key.strip(), value.strip()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE
 
@@ -97,6 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COL",
         help="leave these columns of the CSV out (per-run records another tool writes, e.g. a wall time: every "
         "column besides the contract's is otherwise read as a swept setting that defines a family)",
+    )
+    parser.add_argument(
+        "--where",
+        nargs="+",
+        type=_condition,
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="only the rows whose column holds this value, e.g. model.block=linear1: one variant of a study that "
+        "swept several (each combination of the swept columns is otherwise analysed as its own family)",
     )
     parser.add_argument(
         "--depths",
@@ -197,6 +213,7 @@ def write_transfer(
     depths: Optional[list[int]] = None,
     slope_tolerance: Optional[float] = None,
     ignore_columns: Optional[list[str]] = None,
+    where: Optional[list[tuple[str, str]]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
 
@@ -204,14 +221,16 @@ def write_transfer(
     per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
     said above it (a study's stop reason and what it spent); ``target_depths`` adds the predicted
     optimal LR at those depths; ``slope_tolerance`` is the verdict's equivalence bound (None:
-    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``); ``ignore_columns`` are left out of the CSV. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
+    ``eval.transfer.DEFAULT_SLOPE_TOLERANCE``); ``ignore_columns`` are left out of the CSV; ``where`` keeps the rows with these (column, value) pairs. Raises ``ResultsError`` / ``AnalysisInputError`` on bad input and
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import keep_depths, read_results, share_base_depth
+    from eval.results import keep_depths, keep_where, read_results, share_base_depth
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
     sweep = read_results(sweep_dir, ignore_columns=ignore_columns or ())
+    if where:
+        sweep = keep_where(sweep, where)
     if depths:
         sweep = keep_depths(sweep, depths)
     if shared_base:
@@ -314,6 +333,7 @@ def run(args: argparse.Namespace) -> ExitCode:
             depths=args.depths,
             slope_tolerance=args.slope_tolerance,
             ignore_columns=args.ignore_columns,
+            where=args.where,
         )
     except (ResultsError, AnalysisInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -184,3 +184,55 @@ def test_figures_of_families_with_two_swept_keys_keep_titles_and_legends_apart(t
     assert not any(overlap(leg, ax) for leg in legends for ax in axes)
     assert not overlap(legends[0], legends[1])
     assert all(leg.x0 >= 0 and leg.x1 <= optima.bbox.width and leg.y0 >= 0 for leg in legends)
+
+
+def test_where_analyses_one_variant_of_a_table_that_swept_two(tmp_path, capsys):
+    """A study over two block types (configs/studies/fig10.yaml) writes one table; ``--where
+    model.block=X`` gives the numbers of X's rows alone, as if its table had been written by itself."""
+    variants = {"standard": {"depth_mup": 0.0, "sp": 0.5}, "linear1": {"depth_mup": 0.3, "sp": -0.4}}
+    rows, header = [], None
+    for block, slopes in variants.items():
+        part, header = _with_column(make_rows(**{**ROWS, "slopes": slopes}), "model.block", lambda r, b=block: b)
+        (tmp_path / f"{block}.csv").write_text(
+            _csv_text([{k: v for k, v in r.items() if k != "model.block"} for r in part])
+        )
+        rows += [{**r, "run_id": f"{block}-{r['run_id']}"} for r in part]
+    both = tmp_path / "results.csv"
+    both.write_text(_csv_text(rows, header))
+    for block in variants:
+        picked = _optima_where(both, [("model.block", block)])
+        alone = {(label.split(" ")[0], f, d): v for (label, f, d), v in _optima(tmp_path / f"{block}.csv").items()}
+        assert picked == alone, block
+    sp_end = {
+        d: v for (p, f, d), v in _optima_where(both, [("model.block", "linear1")]).items() if p == "sp" and f == 1.0
+    }
+    assert sp_end[8] - sp_end[2] == pytest.approx(0.4 * 2, abs=1e-6)  # linear1's sp: optimum 2^(-(-0.4) log2(L/2))
+    # numbers match as numbers; a missing column or value names what there is
+    assert _optima_where(both, [("model.hidden_size", "128.0"), ("model.block", "standard")]) == _optima_where(
+        both, [("model.block", "standard")]
+    )
+    out = tmp_path / "out"
+    assert main(["transfer", str(both), "--out", str(out), "--bootstrap", "0", "--no-figures",
+                 "--where", "model.block=linear1"]) == 0  # fmt: skip
+    assert "only rows with model.block=linear1 analysed (--where)" in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["transfer", str(both), "--out", str(out), "--where", "model.block=mlp"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {both}: --where model.block=mlp: no row has it (column 'model.block' holds ['linear1', 'standard'])\n"
+    )
+    assert main(["transfer", str(both), "--out", str(out), "--where", "block=linear1"]) == 2
+    assert "--where block=linear1: no column 'block' (columns: ['parametrization.preset'," in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["transfer", str(both), "--out", str(out), "--where", "model.block"])
+    assert "'model.block': expected COLUMN=VALUE" in capsys.readouterr().err
+
+
+def _optima_where(path, where) -> dict:
+    from eval.results import keep_where
+
+    analysis = analyze(keep_where(read_results(path), where), n_boot=0)
+    return {
+        (r.family.label.split(" ")[0], r.fraction, d.depth): d.optimum.log2_lr
+        for r in analysis.results
+        for d in r.depths
+    }
