@@ -410,3 +410,23 @@ def test_two_processes_match_one(reference, tmp_path, parallel):
     else:
         assert "written with parallel layout tp=1 pp=1 dp=2; this CPU run is tp=1 pp=1 dp=1" in out.stderr
     assert not (run / "summary.json").exists() and (run / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_run_resumed_at_its_last_step_keeps_that_checkpoint(reference, tmp_path):
+    """Preempted after its last step (the signal's checkpoint is the final one): the rerun
+    completes without writing that checkpoint again, which deleted the folder `latest` names
+    before renaming the new one in (a kill there left no checkpoint to resume from)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "summary.json").unlink()  # as if SIGTERM had come during step 20: its checkpoint saved, exit 75
+    final = run / "checkpoints" / "step_00000020"
+    before = {p.name: p.stat().st_ino for p in final.iterdir()}
+    out = train(run)
+    assert f"resumed from {final} (step 20)" in out.stdout + out.stderr
+    assert (
+        summary(run)["status"] == "completed" and summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+    )
+    assert {p.name: p.stat().st_ino for p in final.iterdir()} == before  # the same files, not rewritten
+    assert (run / "checkpoints" / "latest").read_text() == "step_00000020\n"
