@@ -10,13 +10,14 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
-from jobscripts.requeue import requeue_command
+from jobscripts.requeue import requeue_command, written_exit_code
 from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
 from jobscripts.shell import Raw, Token, Word
 from launch import launchers
@@ -169,9 +170,13 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         atomic_write_text(job.script_path.parent / "slurm_job.json", json.dumps(record, indent=1) + "\n")
         print(f"submitted batch job {job_id}")
         return ExitCode.OK
+    started = time.time()
     proc = start_child(["bash", str(job.script_path)])
     with forwarding_signals(lambda: [proc]):
         code = proc.wait()
+    if code > 0 and job.launcher == "torchrun":  # torchrun exits 1 whatever its ranks exit with:
+        written = written_exit_code(str(job.run_dir / SUMMARY_FILE), started)  # rank 0's, this attempt's
+        code = code if written is None else written
     return code if code >= 0 else 128 - code
 
 

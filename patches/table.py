@@ -130,19 +130,33 @@ def _sort_key(name: str) -> tuple:
 
 
 def table_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two tables (empty when they agree)."""
+    """Human-readable differences between two tables (empty when they agree), one line per
+    field that differs (``roles.hidden_in.lr_factor: 0.707 -> 0.577``), not whole rows."""
     ignore = {"megatron_core"}
-    diffs = [
-        f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
-        for key in sorted(set(old) | set(new))
-        if key not in ignore | {"params"} and old.get(key) != new.get(key)
-    ]
+    diffs: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        if key not in ignore | {"params"}:
+            diffs += _field_differences(key, old.get(key), new.get(key))
     old_rows = {r["name"]: r for r in old.get("params", [])}
     new_rows = {r["name"]: r for r in new.get("params", [])}
     for name in sorted(set(old_rows) | set(new_rows), key=_sort_key):
-        if old_rows.get(name) != new_rows.get(name):
-            diffs.append(f"params[{name}]: {old_rows.get(name)} -> {new_rows.get(name)}")
+        if name not in old_rows or name not in new_rows:
+            diffs.append(f"params[{name}]: {'absent' if name not in old_rows else 'present'} -> "
+                         f"{'absent' if name not in new_rows else 'present'}")  # fmt: skip
+        else:
+            diffs += _field_differences(f"params[{name}]", old_rows[name], new_rows[name])
     return diffs
+
+
+def _field_differences(where: str, old: Any, new: Any) -> list[str]:
+    """``where.field: old -> new`` for each leaf that differs (dicts are compared key by key)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            line
+            for key in sorted(set(old) | set(new))
+            for line in _field_differences(f"{where}.{key}", old.get(key), new.get(key))
+        ]
+    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
 
 
 def format_table(table: dict[str, Any]) -> str:

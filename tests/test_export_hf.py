@@ -262,3 +262,28 @@ def test_gpu_dist_checkpoint_exports(tmp_path, megatron, monkeypatch):
     assert record["checkpoint_format"] == "dist"
     baseline = export(src, tmp_path / "hf_cpu", weights_only=True)
     assert record["parity"]["loss_megatron"] == pytest.approx(baseline["parity"]["loss_megatron"], abs=1e-6)
+
+
+def test_tokenizer_parity_on_documents_longer_than_the_model_warns_of_nothing(tmp_path, capfd):
+    """The parity check encodes whole held-out documents, longer than model.seq_length on
+    purpose: transformers' "will result in indexing errors" warning would be a false alarm on
+    every export and lm-eval."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from training.hf_tokenizer import encoding_parity
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["a b c d"] * 4, trainers.BpeTrainer(vocab_size=30))
+    PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=8).save_pretrained(str(tmp_path))
+
+    class Ours:
+        def encode(self, text):
+            return tok.encode(text).ids
+
+    texts = ["a b c d " * 10]
+    assert len(Ours().encode(texts[0])) == 40 > 8
+    record = encoding_parity(Ours(), tmp_path, texts)
+    assert record["identical_ids"] == 1
+    assert "indexing errors" not in "".join(capfd.readouterr())

@@ -118,3 +118,15 @@ def test_an_older_torchrun_that_kills_at_30_s_is_warned_of(tmp_path, monkeypatch
     assert "--slurm-mode srun has no such limit" in err
     assert main([*argv, "--slurm-mode", "srun"]) == 0
     assert "signal_grace_s" not in capsys.readouterr().err
+
+
+def test_a_torchrun_job_exits_with_its_trainers_code(tmp_path, monkeypatch):
+    """torchrun exits 1 whatever its ranks exit with; ``launch job`` exits with the code rank 0
+    wrote in this attempt's summary.json (docs/launch.md: the trainer's code), so a script
+    around it tells a divergence (3) or a preemption (75) from a crash."""
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0")
+    run_dir = tmp_path / "run"
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=8", "optimizer.lr=0.1"]
+    argv += ["--launcher", "torchrun", "--nproc-per-node", "2", "--train-cmd", FAKE_TRAIN_CMD]
+    assert main(argv) == 3  # FAKE_DIVERGE_LR (0.01) < 0.1: diverged at step 3
+    assert json.loads((run_dir / "summary.json").read_text())["exit_code"] == 3

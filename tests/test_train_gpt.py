@@ -291,8 +291,12 @@ def test_resume_refuses_a_different_parametrization(tmp_path):
     assert "parametrization.block_multiplier: 1.0 -> 2.0" in out.stderr and "Traceback" not in out.stderr
     (run / "summary.json").unlink()  # as if the run had been preempted after its last checkpoint
     out = train(run, "training.steps=30", "checkpoint.final=false", "parametrization.block_multiplier=2.0", check=False)
-    assert out.returncode == 2
-    assert "parametrization differs" in out.stderr and "branch_multiplier" in out.stderr
+    assert out.returncode == 2  # the key to put back first, not the resolved table it changes
+    assert (
+        "the config differs from the checkpoint's; refusing to resume:\n  parametrization.block_multiplier: 1.0 -> 2.0\n"
+        in out.stderr
+    )
+    assert "(the resolved parametrization differs with them: " in out.stderr and "params[" not in out.stderr
 
 
 def test_absurd_lr_diverges_with_its_own_exit_code(tmp_path):
@@ -406,3 +410,23 @@ def test_two_processes_match_one(reference, tmp_path, parallel):
     else:
         assert "written with parallel layout tp=1 pp=1 dp=2; this CPU run is tp=1 pp=1 dp=1" in out.stderr
     assert not (run / "summary.json").exists() and (run / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_run_resumed_at_its_last_step_keeps_that_checkpoint(reference, tmp_path):
+    """Preempted after its last step (the signal's checkpoint is the final one): the rerun
+    completes without writing that checkpoint again, which deleted the folder `latest` names
+    before renaming the new one in (a kill there left no checkpoint to resume from)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    (run / "summary.json").unlink()  # as if SIGTERM had come during step 20: its checkpoint saved, exit 75
+    final = run / "checkpoints" / "step_00000020"
+    before = {p.name: p.stat().st_ino for p in final.iterdir()}
+    out = train(run)
+    assert f"resumed from {final} (step 20)" in out.stdout + out.stderr
+    assert (
+        summary(run)["status"] == "completed" and summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
+    )
+    assert {p.name: p.stat().st_ino for p in final.iterdir()} == before  # the same files, not rewritten
+    assert (run / "checkpoints" / "latest").read_text() == "step_00000020\n"

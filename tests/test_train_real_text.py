@@ -127,3 +127,32 @@ def test_a_checkpoint_without_a_data_record_refuses_a_moved_data_path():
     with pytest.raises(SetupError, match="predates the record of what its data is"):
         check_resumable(common, Path("ckpt"), table, moved, {"tokenizer": "t"})
     check_resumable({**common, "data": {"tokenizer": "t"}}, Path("ckpt"), table, moved, {"tokenizer": "t"})
+
+
+def test_a_refused_resume_names_the_changed_key_before_the_table_it_changes():
+    """model.num_layers 4 -> 6 changes 100+ rows of the resolved table: the refusal names the
+    config key; a table that differs under the same config (the presets' code changed) is
+    listed field by field, capped, never as whole rows."""
+    from training.session import MAX_SHOWN, SetupError, check_resumable
+
+    old_table = {"preset": "depth_mup", "roles": {"hidden_in": {"lr_factor": 0.5, "init_std": 0.02}}, "params": [
+        {"name": f"decoder.layers.{i}.mlp.linear_fc1.weight", "role": "hidden_in", "lr_factor": 0.5} for i in range(30)
+    ]}  # fmt: skip
+    new_table = json.loads(json.dumps(old_table).replace("0.5", "0.25"))
+    config = {"model": {"num_layers": 4}}
+    with pytest.raises(SetupError) as err:
+        check_resumable({"parametrization": old_table, "config": config}, Path("ckpt"), new_table,
+                        {"model": {"num_layers": 6}}, {})  # fmt: skip
+    assert str(err.value).splitlines()[1:] == [
+        "  model.num_layers: 4 -> 6",
+        "  (the resolved parametrization differs with them: 31 entries)",
+    ]
+    with pytest.raises(SetupError) as err:
+        check_resumable({"parametrization": old_table, "config": config}, Path("ckpt"), new_table, config, {})
+    lines = str(err.value).splitlines()
+    assert "the resolved parametrization differs" in lines[0]
+    assert lines[1:3] == [
+        "  roles.hidden_in.lr_factor: 0.5 -> 0.25",
+        "  params[decoder.layers.0.mlp.linear_fc1.weight].lr_factor: 0.5 -> 0.25",
+    ]
+    assert len(lines) == 1 + MAX_SHOWN + 1 and lines[-1] == f"  ... and {31 - MAX_SHOWN} more"

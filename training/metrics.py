@@ -16,7 +16,17 @@ from rundir.files import DIAGNOSTICS_FILE, METRICS_FILE, metrics_line
 class RunLog:
     """Appends metrics rows and mirrors them to TensorBoard / W&B when asked."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, wandb: bool, wandb_project: Optional[str], config: dict):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool,
+        wandb: bool,
+        wandb_project: Optional[str],
+        config: dict,
+        resume_step: int = 0,
+    ):
+        """``resume_step``: the step the session resumes from; TensorBoard hides what an earlier
+        session logged after it (the rows metrics.jsonl drops), or a resumed curve shows twice."""
         self.run_dir = run_dir
         self.file = open(run_dir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self.diagnostics = None  # diagnostics.jsonl, opened on its first rows
@@ -25,7 +35,7 @@ class RunLog:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1)
         if wandb:
             try:
                 import wandb as wandb_lib

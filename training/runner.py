@@ -216,7 +216,7 @@ class Trainer:
                         return Ending(Status.PREEMPTED, why, done)
         finally:
             bar.close()
-        if cfg.checkpoint.final:
+        if cfg.checkpoint.final and s.resume.step < steps:  # resumed at the last step: its checkpoint is the final one
             self._save(steps)
         return Ending(Status.COMPLETED, None, steps)
 

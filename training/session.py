@@ -246,7 +246,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
         atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
         lg = cfg.logging
-        runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict)
+        runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict, resume.step)
     log.info(
         "run %s: %s L=%d n=%d lr=%g on %s (%s, tp=%d pp=%d dp=%d), %d steps x %d sequences",
         run_dir,
@@ -387,6 +387,9 @@ def check_cpu_layout(common: dict, ckpt: Path, layout: dict[str, int]) -> None:
         )
 
 
+MAX_SHOWN = 20  # lines of a parametrization difference shown
+
+
 def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, data: dict) -> None:
     """Refuse a resume whose parametrization table or math-changing config differs from the
     checkpoint's. The data's location (:data:`training.data.DATA_LOCATION_KEYS`) may change
@@ -394,17 +397,22 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     from patches.table import table_differences
     from training.data import DATA_LOCATION_KEYS
 
-    diffs = table_differences(common["parametrization"], table)
-    if diffs:
-        raise SetupError(
-            f"{ckpt}: the resolved parametrization differs from the checkpoint's; refusing to resume:\n  "
-            + "\n  ".join(diffs[:20])
-        )
+    table_diffs = table_differences(common["parametrization"], table)
     changed = changed_keys(common["config"], config_dict)
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
     diffs = describe_changes(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))
-    if diffs:
+    if table_diffs and not diffs:  # the same config resolves differently (the presets' code changed)
+        shown = table_diffs[:MAX_SHOWN]
+        if len(table_diffs) > MAX_SHOWN:
+            shown.append(f"... and {len(table_diffs) - MAX_SHOWN} more")
+        raise SetupError(
+            f"{ckpt}: the resolved parametrization differs from the checkpoint's; refusing to resume:\n  "
+            + "\n  ".join(shown)
+        )
+    if diffs:  # the config keys the user changed come first: they are what to put back
+        if table_diffs:
+            diffs.append(f"(the resolved parametrization differs with them: {len(table_diffs)} entries)")
         if moved and "data" not in common:
             diffs.append("(the data moved; this checkpoint predates the record of what its data is, so it cannot tell)")
         elif moved:
