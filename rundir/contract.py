@@ -19,6 +19,7 @@ DIAGNOSTICS_FILE = "diagnostics.jsonl"  # per-layer update and activation sizes 
 SUMMARY_FILE = "summary.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOCK_FILE = ".lock"
+WANDB_ID_FILE = "wandb_id"  # the W&B run a resumed session logs to (logging.wandb)
 HF_EXPORT_DIR = "hf"  # python -m eval lm-eval exports a run here (training.export_hf)
 LM_EVAL_FILE = "lm_eval.json"  # python -m eval lm-eval's scores; eval transfer reads them
 LM_EVAL_SAMPLES_FILE = "lm_eval_samples.jsonl"  # --log-samples: one row per request

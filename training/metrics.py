@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from jobscripts.atomic import atomic_write_text
+from rundir.contract import WANDB_ID_FILE
 from rundir.files import DIAGNOSTICS_FILE, METRICS_FILE, metrics_line
 
 
@@ -26,7 +28,8 @@ class RunLog:
         resume_step: int = 0,
     ):
         """``resume_step``: the step the session resumes from; TensorBoard hides what an earlier
-        session logged after it (the rows metrics.jsonl drops), or a resumed curve shows twice."""
+        session logged after it (the rows metrics.jsonl drops), or a resumed curve shows twice,
+        and W&B logs on into the earlier session's run (:func:`_wandb_run_id`)."""
         self.run_dir = run_dir
         self.file = open(run_dir / METRICS_FILE, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self.diagnostics = None  # diagnostics.jsonl, opened on its first rows
@@ -42,7 +45,12 @@ class RunLog:
             except ImportError as exc:
                 raise ValueError("logging.wandb: the wandb package is not installed (pip install wandb)") from exc
             self.wandb = wandb_lib.init(
-                project=wandb_project or "depthmup", name=run_dir.name, dir=str(run_dir), config=config, resume="allow"
+                project=wandb_project or "depthmup",
+                name=run_dir.name,
+                id=_wandb_run_id(run_dir, resume_step, wandb_lib.util.generate_id),
+                dir=str(run_dir),
+                config=config,
+                resume="allow",
             )
 
     def write(self, row: dict[str, Any]) -> None:
@@ -92,3 +100,15 @@ class RunLog:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _wandb_run_id(run_dir: Path, resume_step: int, generate: Any) -> str:
+    """The W&B run id of this run directory: the one ``wandb_id`` records when the session resumes
+    a checkpoint, so every session of a run logs into one W&B run (``resume="allow"`` without an
+    id opened a new one per resume); a fresh id when it starts from step 0."""
+    path = run_dir / WANDB_ID_FILE
+    if resume_step > 0 and path.is_file() and path.read_text().strip():
+        return path.read_text().strip()
+    run_id = str(generate())
+    atomic_write_text(path, run_id + "\n")
+    return run_id
