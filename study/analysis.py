@@ -12,10 +12,17 @@ from study.log import log as _log
 from study.spec import Study
 
 
-def analyse(sweep_dir: Path, report_dir: Path, s: Study, goal_context: list[str] | None = None) -> dict[str, Any]:
+def analyse(
+    sweep_dir: Path,
+    report_dir: Path,
+    s: Study,
+    goal_context: list[str] | None = None,
+    depths: list[int] | None = None,
+) -> dict[str, Any]:
     """Write the report into ``report_dir``; return ``{"headline": eval transfer's headline rows,
     "goals": the study's goals checked on them}``. ``goal_context``: the lines the report says
-    above its goals (why the study stopped, what it spent).
+    above its goals (why the study stopped, what it spent). ``depths``: the study's depths that
+    have runs (default: all of them; a walk that stopped early leaves the deeper ones empty).
 
     Raises :class:`LaunchError` when ``eval transfer`` rejects the results (exit 2).
     """
@@ -31,7 +38,7 @@ def analyse(sweep_dir: Path, report_dir: Path, s: Study, goal_context: list[str]
                 sweep_dir,
                 report_dir,
                 shared_base=s.presets[0],
-                depths=list(s.depths),  # the sweep may hold runs at depths or presets the study file
+                depths=list(depths or s.depths),  # the sweep may hold runs at depths or presets the study file
                 presets=list(s.presets),  # no longer lists (study.sweep keeps them): not analysed
                 fit_window=s.fit_window,
                 seed_model=s.seed_model,

@@ -162,6 +162,7 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
     study = replace(study, presets=_presets(path, study.presets), corpus=_corpus(path, study.corpus, overrides))
+    _check_custom(path, study)
     try:
         _check(path, study)
     except LaunchError as exc:  # a value the command line gave (--depths, --seeds, ...) is named as its flag
@@ -188,6 +189,20 @@ def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
     return canonical
 
 
+def _check_custom(path: Path, s: Study) -> None:
+    """Preset ``custom`` cannot run in a study: its ``alpha`` and ``gamma`` could come only from
+    variants, whose keys every preset gets (a fixed preset refuses them), and the sweep checks
+    each preset against the base config alone, where custom has neither. Refused here: it
+    used to fail when the planner reached the first depth past the shared base, after the
+    base had trained."""
+    if "custom" in s.presets:
+        raise LaunchError(
+            f"{path}: presets: 'custom' (alpha and gamma of your own) cannot run in a study yet: a study has no "
+            "per-preset alpha/gamma, and its variants' keys go to every preset; use the fixed presets "
+            "(sp, mup, depth_mup, branch_only, ode) or a launch sweep with parametrization.preset=custom"
+        )
+
+
 def _corpus(path: Path, corpus: str, overrides: dict[str, Any]) -> str:
     """The registry name, or the absolute path of the user's corpus: a path in the study file
     is relative to the file's folder, one given as ``--corpus`` to the current directory."""
@@ -212,6 +227,9 @@ def _coerce(path: Path, key: str, value: Any, type_name: Any) -> Any:
         kind = _TUPLES[key]
         if not isinstance(value, list) or not value:
             raise LaunchError(f"{path}: {key}: expected a non-empty list, got {value!r}")
+        if kind is int and not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            # int(4.5) is 4: a depth written as 4.5 would have been trained as 4 without a word
+            raise LaunchError(f"{path}: {key}: expected a list of whole numbers, got {value!r}")
         try:
             return tuple(kind(v) if not isinstance(v, bool) else _bad(path, key, v) for v in value)
         except (TypeError, ValueError) as exc:
@@ -276,13 +294,21 @@ def _bad(path: Path, key: str, value: Any) -> Any:
 def _check(path: Path, s: Study) -> None:
     if list(s.depths) != sorted(set(s.depths)) or s.depths[0] < 1:
         raise LaunchError(f"{path}: depths: must be positive and strictly increasing, got {list(s.depths)}")
+    if len(s.depths) < 2:
+        raise LaunchError(
+            f"{path}: depths: a transfer study needs the base depth L0 (the first) and at least one deeper depth, "
+            f"got {list(s.depths)}"
+        )
     if len(set(s.presets)) != len(s.presets):
         raise LaunchError(f"{path}: presets: listed twice in {list(s.presets)}")
+    if s.max_widen < 0 or s.step_log2 <= 0:
+        raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0, got {s.max_widen} and {s.step_log2}")
     if s.refine_log2 < 0 or s.refine_log2 >= s.step_log2:
         raise LaunchError(f"{path}: refine_log2: must be in [0, step_log2={s.step_log2}), got {s.refine_log2}")
     for key in (
         "window",
         "seeds",
+        "fit_window",
         "hidden_size",
         "heads",
         "seq_length",
@@ -293,6 +319,7 @@ def _check(path: Path, s: Study) -> None:
     ):
         if getattr(s, key) < 1:
             raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
+    _check_lr_grid(path, s)
     if s.seed_model not in SEED_MODELS:
         raise LaunchError(f"{path}: seed_model: must be one of {list(SEED_MODELS)}, got {s.seed_model!r}")
     if s.base_seeds < 0:
@@ -301,6 +328,12 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: budget_runs: a study with goals needs a run budget >= 1, got {s.budget_runs}")
     if s.budget_runs < 0:
         raise LaunchError(f"{path}: budget_runs: must be >= 0, got {s.budget_runs}")
+    if s.budget_runs and not s.goals:
+        raise LaunchError(
+            f"{path}: budget_runs: {s.budget_runs} without goals caps nothing (the budget caps only the sequential "
+            "phase, which runs only with goals; the scan, refine and seed phases train their fixed design "
+            "whatever it says): add goals, or remove budget_runs"
+        )
     if s.goals and s.budget_runs < scan_runs(s):
         raise LaunchError(
             f"{path}: budget_runs: {s.budget_runs} is fewer than the scan alone trains per variant "
@@ -314,8 +347,6 @@ def _check(path: Path, s: Study) -> None:
         raise LaunchError(f"{path}: run_overhead_layers: must be >= 0, got {s.run_overhead_layers}")
     if s.diagnostics_interval < 0:
         raise LaunchError(f"{path}: diagnostics_interval: must be >= 0, got {s.diagnostics_interval}")
-    if s.max_widen < 0 or s.step_log2 <= 0:
-        raise LaunchError(f"{path}: max_widen must be >= 0 and step_log2 > 0")
     if not 0 <= s.warmup < s.steps:
         raise LaunchError(f"{path}: warmup: must be in [0, steps={s.steps}), got {s.warmup}")
     if s.vocab_size < MIN_VOCAB_SIZE:
@@ -326,6 +357,32 @@ def _check(path: Path, s: Study) -> None:
     if s.hidden_size % s.heads:
         raise LaunchError(f"{path}: hidden_size {s.hidden_size} is not divisible by heads {s.heads}")
     _check_gpu_keys(path, s)
+
+
+def _check_lr_grid(path: Path, s: Study) -> None:
+    """The base grid is distinct points on the ``step_log2`` lattice (the planner tells a grid
+    point from a refinement point by that lattice), and every depth can try enough LRs for the
+    quadratic fit of ``fit_window`` (else every deeper optimum is an edge point: a bound)."""
+    grid = s.base_lrs_log2
+    if len(set(grid)) != len(grid):
+        raise LaunchError(f"{path}: base_lrs_log2: an LR listed twice in {list(grid)}")
+    off = [x for x in grid if abs((x - grid[0]) / s.step_log2 - round((x - grid[0]) / s.step_log2)) > 1e-6]
+    if off:
+        raise LaunchError(
+            f"{path}: base_lrs_log2: {off} not a whole number of step_log2 ({s.step_log2}) octaves from {grid[0]}; "
+            "the planner takes such points for refinement points (refine_log2)"
+        )
+    fit_points = 2 * s.fit_window + 1
+    refine = 2 if s.refine_log2 > 0 else 0
+    for key, planned in (("base_lrs_log2", len(grid)), ("window", s.window)):
+        if s.fit_window >= 1 and planned + s.max_widen + refine < fit_points:
+            where = "the base depth" if key == "base_lrs_log2" else "each deeper depth"
+            raise LaunchError(
+                f"{path}: {key}: {planned} LR(s) at {where}, + max_widen {s.max_widen} + {refine} refinement "
+                f"point(s) (refine_log2 {s.refine_log2}), is fewer than the {fit_points} a quadratic fit with "
+                f"fit_window {s.fit_window} needs: every optimum there would be a grid point (a bound, not an "
+                f"estimate); give more LRs, max_widen or refine_log2, or a smaller fit_window"
+            )
 
 
 def _check_gpu_keys(path: Path, s: Study) -> None:

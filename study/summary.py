@@ -54,12 +54,38 @@ def stop_lines(stop: Stop, used: dict[str, Any], s: Study) -> list[str]:
     return [f"**{STOP_TEXT[stop.reason]}.** " + base + "."]
 
 
+def unreached(results: dict[Point, Outcome], sweep: AdaptiveSweep, s: Study) -> list[str]:
+    """A line for each arm whose walk stopped short of the deepest depth: every run at a depth
+    diverged or failed, so no LR window could be centred at the next one (the planner's chain
+    ends there). Said, because the depths past it are simply absent from the sweep."""
+    lines = []
+    for variant in s.variants:
+        for preset in s.presets:
+            for depth, deeper in zip(s.depths, s.depths[1:]):
+                if sweep.planner.best(preset, depth, results, variant) is not None:
+                    continue
+                owner = sweep.planner.owner(preset, depth)
+                tried = sorted(
+                    {p.log2_lr for p in results if (p.preset, p.depth, p.variant) == (owner, depth, variant)}
+                )
+                if tried:
+                    lrs = ", ".join(f"2^{x:g}" for x in tried)
+                    key = "base_lrs_log2" if depth == s.depths[0] else "window / step_log2"
+                    lines.append(
+                        f"**{arm_label(preset, variant)}: every run at L={depth} diverged or failed** (LRs tried: {lrs}), "
+                        f"so no LR window could be centred at L={deeper}: L={deeper} and deeper were not trained "
+                        f"(study {s.name!r}: its {key} reach no LR that trains at L={depth})."
+                    )
+                break
+    return lines
+
+
 def study_status(sweep: AdaptiveSweep, s: Study) -> tuple[dict[Point, Outcome], Stop, dict[str, Any], list[str]]:
     """The finished results, why the study stopped, what it spent, and the lines that say so."""
     results = sweep.results()  # one read of every run's summary
     stop = sweep.planner.stop(results)
     used = spent(results, sweep, s)
-    return results, stop, used, stop_lines(stop, used, s)
+    return results, stop, used, stop_lines(stop, used, s) + unreached(results, sweep, s)
 
 
 def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: Any = None) -> dict[str, Any]:

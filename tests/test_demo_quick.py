@@ -197,6 +197,23 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "presets: [sp, depth_mupp]": "presets: unknown preset 'depth_mupp'; choose from",
         "presets: [ode, completep]": "presets: listed twice in ['ode', 'completep'] (as ['ode', 'ode'])",
         "vocab_size: 256": "vocab_size: must be >= 260 (the smallest tokenizer data_prep trains), got 256",
+        # custom's alpha and gamma come only from variants, which sp refuses: it trained the
+        # shared base, then failed at the first depth past it
+        "presets: [sp, custom]": "presets: 'custom' (alpha and gamma of your own) cannot run in a study yet",
+        # each of these used to be accepted: a one-depth "transfer" study, a depth truncated
+        # (4.5 trained as 4), a budget that capped nothing, a fit window eval transfer refused only
+        # after every run had trained, a base grid the planner misreads, a fit it can never make
+        "depths: [2]": "depths: a transfer study needs the base depth L0 (the first) and at least one deeper depth",
+        "depths: [2, 4.5]": "depths: expected a list of whole numbers, got [2, 4.5]",
+        "budget_runs: 40": "budget_runs: 40 without goals caps nothing",
+        "fit_window: 0": "fit_window: must be >= 1, got 0",
+        "base_lrs_log2: [-8.0, -8.0]": "base_lrs_log2: an LR listed twice in [-8.0, -8.0]",
+        "base_lrs_log2: [-8.0, -7.0]": "base_lrs_log2: [-7.0] not a whole number of step_log2 (2.0) octaves from -8.0",
+        "step_log2: -1.0": "max_widen must be >= 0 and step_log2 > 0, got 0 and -1.0",  # it blamed refine_log2
+        "refine_log2: 0.0": "base_lrs_log2: 2 LR(s) at the base depth, + max_widen 0 + 0 refinement point(s) "
+        "(refine_log2 0.0), is fewer than the 3 a quadratic fit with fit_window 1 needs",
+        "fit_window: 2": "base_lrs_log2: 2 LR(s) at the base depth, + max_widen 0 + 2 refinement point(s) "
+        "(refine_log2 1.0), is fewer than the 5 a quadratic fit with fit_window 2 needs",
     }
     for line, message in cases.items():
         key = line.split(":")[0]
@@ -208,6 +225,21 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         assert str(path) in str(err.value)
     with pytest.raises(LaunchError, match="no file"):
         load_study("nope")
+    # the deeper depths' window alone too small (quick's window 2 without refinement): every
+    # optimum past L0 would be a grid point on an edge
+    (tmp_path / "window.yaml").write_text(
+        text.replace("refine_log2: 1.0", "refine_log2: 0.0").replace(
+            "base_lrs_log2: [-8.0, -6.0]", "base_lrs_log2: [-8.0, -6.0, -4.0]"
+        )
+    )
+    with pytest.raises(
+        LaunchError, match=re.escape("window: 2 LR(s) at each deeper depth, + max_widen 0 + 0 refinement")
+    ):
+        load_study(str(tmp_path / "window.yaml"))
+    (tmp_path / "window.yaml").write_text(
+        (tmp_path / "window.yaml").read_text().replace("max_widen: 0", "max_widen: 1")
+    )
+    assert load_study(str(tmp_path / "window.yaml")).max_widen == 1  # a widening makes the third point possible
     # a budget below what the scan alone trains (it ran them all and called the budget spent)
     goals = text + "goals: {slope_ci_halfwidth: 0.5}\n"
     (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 5\n")  # quick: 2 LRs at L0 + 2 x 2 presets x 1 depth
@@ -216,7 +248,8 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
     assert f"{tmp_path / 'budget.yaml'}: budget_runs: 5 is fewer than the scan alone trains per variant (6: " in str(
         err.value
     )
-    assert load_study(str(tmp_path / "budget.yaml"), depths=(2,)).budget_runs == 5  # one depth: a scan of 2 runs
+    with pytest.raises(LaunchError, match=r"^--depths: a transfer study needs the base depth L0"):
+        load_study(str(tmp_path / "budget.yaml"), depths=(2,))  # one depth: no transfer to measure
     (tmp_path / "budget.yaml").write_text(goals + "budget_runs: 6\n")
     assert load_study(str(tmp_path / "budget.yaml")).budget_runs == 6
     with pytest.raises(LaunchError, match="budget_runs: 6 is fewer than the scan alone trains per variant \\(10: "):

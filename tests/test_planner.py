@@ -364,3 +364,37 @@ def test_an_interval_cut_by_the_tried_lrs_walks_past_them_until_bracketed():
 def _deepest(analysis):
     result = next(r for r in analysis.results if r.family.preset == "depth_mup" and r.fraction == 1.0)
     return next(d for d in result.depths if d.depth == DEPTHS[-1])
+
+
+def test_an_arm_whose_walk_stops_short_of_the_deepest_depth_is_named():
+    """Every run at a depth diverged: the planner cannot centre the next depth's window and the
+    arm's walk ends there. The study used to say nothing of it and hand eval transfer its full
+    depth list, which failed with "--depths [4] not in column 'model.num_layers'" (a flag the
+    user never gave). Now the summary and the log name the arm, the depth, the LRs tried and
+    the study key to change."""
+    from types import SimpleNamespace
+
+    from study.summary import unreached
+
+    s = replace(load_study("quick"), depths=(2, 4, 8), base_lrs_log2=(3.0, 5.0))
+    planner = Planner(s)
+    sweep = SimpleNamespace(planner=planner)
+    results = {p: DIVERGED for p in planner.next_points({})}  # the base grid, owned by sp, all diverged
+    assert planner.next_points(results) == []  # nothing more to plan: the walk has ended
+    lines = unreached(results, sweep, s)
+    assert lines == [
+        f"**{preset}: every run at L=2 diverged or failed** (LRs tried: 2^3, 2^5), so no LR window could be "
+        f"centred at L=4: L=4 and deeper were not trained (study 'demo_quick': its base_lrs_log2 reach no LR "
+        f"that trains at L=2)."
+        for preset in ("sp", "depth_mup")
+    ]
+    # a deeper depth: depth_mup's L=4 window all diverged, sp's trained; only depth_mup is named
+    results = {Point("sp", 2, x, seed): 4.0 + 0.1 * (x + 7) ** 2 for x in (-8.0, -6.0) for seed in (0, 1)}
+    for preset in ("sp", "depth_mup"):
+        for x in (-9.0, -7.0):
+            results[Point(preset, 4, x, 0)] = DIVERGED if preset == "depth_mup" else 4.0
+    lines = unreached(results, sweep, s)
+    assert len(lines) == 1 and lines[0].startswith(
+        "**depth_mup: every run at L=4 diverged or failed** (LRs tried: 2^-9, 2^-7)"
+    )
+    assert "L=8 and deeper were not trained" in lines[0] and "its window / step_log2" in lines[0]
