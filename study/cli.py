@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         help="output directory (default: demo_out/<the study's name>, plus _<corpus> off kjv: demo_out/demo, demo_out/demo_quick, demo_out/fig10_sotu, ...)",
     )
+    parser.add_argument(
+        "--plan", action="store_true",
+        help="check the study file and every run config it makes, print the runs it plans (its fixed design on a "
+        "planted answer) and their cost, then exit: nothing is trained or written",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=None, help="runs in parallel (default: CPU cores)")
     parser.add_argument(
         "--executor", choices=("local", "slurm"), default="local",
@@ -82,6 +87,14 @@ def main(args: argparse.Namespace) -> ExitCode:
         corpus=args.corpus,
         variants=args.variants,
     )
+    if args.plan:
+        from study.preview import check_run_configs, plan_lines
+
+        checked = check_run_configs(s, Path(args.out or "demo_out").resolve() / "data")
+        for line in plan_lines(s):
+            print(line)
+        print(f"{checked} run configs (variant x preset x depth) checked")
+        return ExitCode.OK
     if args.workers is not None and args.workers < 1:
         raise LaunchError(f"--workers: must be >= 1, got {args.workers}")
     workers = args.workers or os.cpu_count() or 1

@@ -26,6 +26,7 @@ from study.analysis import analyse
 from study.corpus import CorpusError
 from study.data import base_config, prepare_data
 from study.log import log as _log
+from study.preview import check_run_configs
 from study.spec import Study
 from study.summary import headline, render_markdown, study_status, unreached
 from study.sweep import AdaptiveSweep
@@ -67,6 +68,7 @@ def run_demo(
     from launch.status import collect_states, print_report, write_results
 
     t0 = time.time()
+    check_run_configs(s, (out / "data").resolve())  # a variant key the trainer refuses stops it before data prep
     out.mkdir(parents=True, exist_ok=True)
     try:
         data_dir = prepare_data(out, s, workers)

@@ -326,6 +326,41 @@ def test_variant_values_are_typed_and_a_bad_key_is_named(tmp_path):
         variant_values(base, bad)
 
 
+def test_plan_prints_the_hand_counted_fixed_design_and_writes_nothing(tmp_path, capsys):
+    """``demo --plan`` on the quick study (configs/studies/quick.yaml). Hand count: L0 trains 2 grid
+    LRs + 2 refinement LRs (best +- 1 octave) at seed 0, then seed 1 at the best LR and its two
+    neighbours: 7 runs, shared by both presets; each preset at L=4 trains its window of 2 + 2
+    refinement LRs + 3 second seeds: 7. 21 runs; layer-runs (2+2)*7 + (4+2)*14 = 112."""
+    from launch.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["demo", "--quick", "--plan", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("fixed design (scan, refine, seeds) on a planted answer: 21 runs (the scan alone: 6 ")
+    assert lines[2:5] == ["  sp: 14 runs (L=2: 7, L=4: 7)", "  depth_mup: 7 runs (L=4: 7)",
+                          "cost: 112 layer-runs (each run counts its depth + run_overhead_layers 2); each run trains "
+                          "15,360 tokens"]  # fmt: skip
+    assert lines[-1] == "4 run configs (variant x preset x depth) checked"
+    assert not out.exists()
+
+
+def test_a_variant_key_the_trainer_refuses_stops_the_study_before_its_data(tmp_path, capsys):
+    """A fixed preset takes no alpha of its own: such a variant was refused only after data_prep had
+    built the corpus (minutes on a real one); now at the start, and by ``--plan``."""
+    from launch.__main__ import main
+
+    study = tmp_path / "mine.yaml"
+    text = (REPO / "configs" / "studies" / "quick.yaml").read_text()
+    study.write_text(text + "variants:\n  half: {parametrization.alpha: 0.5}\n")
+    out = tmp_path / "out"
+    for extra in (["--plan"], []):
+        assert main(["demo", "--study", str(study), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: study 'demo_quick': variants.half, preset sp, L=2: "), err
+        assert "parametrization.alpha" in err
+        assert not (out / "data").exists()
+
+
 def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, monkeypatch, capsys):
     """Where data_prep cannot build the study's data (e.g. its readers missing on a GPU node the
     tokenized data was not carried to), the demo exits 2 naming the data directory and corpus,

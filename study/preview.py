@@ -1,0 +1,108 @@
+"""What a study will train, before it trains: every run config checked, and the planner's fixed
+design played out on a planted answer (``python -m launch demo --plan``).
+
+The run configs of every (variant, preset, depth) are built and checked as the sweep will build
+them, so a variant key the trainer refuses, or a layout that does not fit, stops the study
+before its data is prepared. The fixed design (scan, refine and seed phases) depends on the
+losses only through where each depth's optimum lies, so a planted answer gives its run count:
+each preset's loss is a parabola in log2 LR whose optimum moves with log2 depth by
+:data:`PLANTED_SLOPES`. The sequential phase that follows (a study with goals) adds seeds until
+the goals are met or ``budget_runs`` is spent: that depends on the noise of real runs, and is
+stated as its bound.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from launch.errors import LaunchError
+from study.data import base_config
+from study.planner import Planner, Point
+from study.spec import Study, scan_runs
+
+PLANTED_SLOPES = {"sp": -0.3, "depth_mup": 0.0, "ode": 0.2}  # octaves of optimal LR per doubling of depth
+
+
+def fixed_design(s: Study, seed: int = 0) -> list[Point]:
+    """Every point of the scan, refine and seed phases, on the planted answer (0.1 nats per
+    octave squared around the optimum, seed noise 0.02 nats)."""
+    planner, rng = Planner(replace(s, goals={}, budget_runs=0)), random.Random(seed)
+    centre = s.base_lrs_log2[len(s.base_lrs_log2) // 2]
+    results: dict[Point, float] = {}
+    while True:
+        points = planner.next_points(results)
+        if not points:
+            return list(results)
+        for p in points:
+            optimum = centre + PLANTED_SLOPES.get(p.preset, 0.0) * math.log2(p.depth / s.depths[0])
+            results[p] = 4.0 + 0.1 * (p.log2_lr - optimum) ** 2 + rng.gauss(0.0, 0.02)
+
+
+def check_run_configs(s: Study, data_dir: Path) -> int:
+    """Build the run config of every (variant, preset, depth) at the first base LR, as the sweep
+    will, and check its layout on the study's device; returns how many were checked. Raises
+    :class:`LaunchError` naming the study, variant, preset and depth."""
+    from launch.commands import format_override
+    from launch.run_configs import load_run_config
+    from runconfig.validate import validate_layout
+
+    with tempfile.TemporaryDirectory(prefix="study_plan_") as tmp:
+        base = Path(tmp) / "base.yaml"
+        base.write_text(yaml.safe_dump(base_config(s, data_dir), sort_keys=False))
+        checked = 0
+        for variant, overrides in s.variants.items():
+            for preset in s.presets:
+                for depth in s.depths:
+                    where = f"study {s.name!r}: " + (f"variants.{variant}, " if variant else "")
+                    where += f"preset {preset}, L={depth}: "
+                    args = [f"model.num_layers={depth}", f"parametrization.preset={preset}"]
+                    args += [format_override(k, v) for k, v in overrides.items()]
+                    cfg = load_run_config(base, args, where=where)
+                    try:
+                        validate_layout(cfg, 1)
+                    except ValueError as exc:
+                        raise LaunchError(f"{where}{exc}") from None
+                    checked += 1
+    return checked
+
+
+def plan_lines(s: Study) -> list[str]:
+    """What ``launch demo --plan`` prints: runs per variant, preset and depth of the fixed design,
+    their cost in layer-runs, and the sequential phase's bound."""
+    points = fixed_design(s)
+    lines = [
+        f"study {s.name}: presets {', '.join(s.presets)}; depths {list(s.depths)} (L0 = {s.depths[0]}); "
+        f"width {s.hidden_size}, sequence {s.seq_length}, batch {s.batch}, {s.steps} steps; "
+        f"corpus {s.corpus}",
+        f"fixed design (scan, refine, seeds) on a planted answer: {len(points)} runs (the scan alone: "
+        f"{scan_runs(s)} per variant); an optimum on the edge of the LRs tried adds LRs and their seeds",
+    ]
+    for variant in s.variants:
+        mine = [p for p in points if p.variant == variant]
+        label = f"  {variant}: " if variant else "  "
+        for preset in s.presets:
+            counts = Counter(p.depth for p in mine if p.preset == preset)
+            if counts:
+                cells = ", ".join(f"L={d}: {counts[d]}" for d in s.depths if counts[d])
+                lines.append(f"{label}{preset}: {sum(counts.values())} runs ({cells})")
+    layers = sum(p.depth + s.run_overhead_layers for p in points)
+    lines.append(
+        f"cost: {layers:g} layer-runs (each run counts its depth + run_overhead_layers {s.run_overhead_layers:g}); "
+        f"each run trains {s.steps * s.batch * s.seq_length:,} tokens"
+    )
+    if s.goals:
+        goals = ", ".join(f"{k} <= {v:g}" for k, v in s.goals.items())
+        lines.append(
+            f"then the sequential phase adds seeds until every goal is met ({goals}) or the budget is spent: "
+            f"at most {s.budget_runs} runs per variant, {s.run_budget} in all"
+        )
+    else:
+        lines.append("no goals: the study ends after the fixed design")
+    return lines
