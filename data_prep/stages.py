@@ -576,7 +576,10 @@ def _tokenize_todo(job: Job, shards: Sequence[Shard], plan_: Plan, tokenizer_fil
     todo = []
     for shard in shards:
         assignment = plan_.of(shard)
-        fp = f"{tok.sha256[:16]}-{dtype}-{tok.eod}-{assignment_digest(assignment)}"
+        # The clean shard's identity too: an edited input with the same document count and
+        # split (valid_fraction 0, a given tokenizer) would otherwise keep its old tokens.
+        text = _clean_identity(plan_.results[shard.index])
+        fp = f"{tok.sha256[:16]}-{dtype}-{tok.eod}-{assignment_digest(assignment)}-{text}"
         paths = part_paths(out_dir, shard.shard_id)
         marker = read_json(paths["marker"])
         if marker and marker.get("fingerprint") == fp and all(os.path.exists(p) for p in paths.values()):
@@ -593,6 +596,8 @@ def _tokenize_todo(job: Job, shards: Sequence[Shard], plan_: Plan, tokenizer_fil
 
 def tokenize(job: Job, pool: cf.Executor, shards: Sequence[Shard], plan_: Plan, tokenizer_file: str) -> None:
     todo = _tokenize_todo(job, shards, plan_, tokenizer_file)
+    if todo:  # the merge must run again: no manifest may describe the old token streams meanwhile
+        (job.out / MANIFEST_FILE).unlink(missing_ok=True)
     job.reused["tokenize"] = len(shards) - len(todo)
     logger.info("tokenize: %d shard(s), %d finished earlier, %d to do", len(shards), len(shards) - len(todo), len(todo))
     for _ in _run_tasks(pool, tokenize_shard, todo, "tokenize", job.cfg.runtime.progress):

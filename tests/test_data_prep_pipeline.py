@@ -532,6 +532,38 @@ def test_adding_an_input_reuses_finished_shards(tmp_path):
     assert second["filters"]["exact_dedup"] == 5 and second["documents"]["kept"] == first["documents"]["kept"] + 10
 
 
+def test_an_edited_input_is_tokenized_again(tmp_path):
+    """Same document count, no valid split, a given tokenizer: the plan's assignment and the
+    tokenizer are unchanged, yet the tokens must be the new text's (they were the old file's)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    docs = [english_doc(i) for i in range(8)]
+    write_jsonl(raw / "a.jsonl", docs)
+    overrides = [
+        f"input.paths=[{raw}/a.jsonl]",
+        f"output.dir={tmp_path / 'first'}",
+        "tokenizer.vocab_size=400",
+        "runtime.workers=0",
+        "runtime.progress=false",
+    ]
+    run(load_data_prep_config(None, overrides))
+    overrides = [
+        *overrides[:1],
+        f"output.dir={tmp_path / 'out'}",
+        *overrides[2:],
+        f"tokenizer.path={tmp_path / 'first' / 'tokenizer.model'}",
+        "split.valid_fraction=0",
+    ]
+    run(load_data_prep_config(None, overrides))
+    docs[0] = docs[0].replace("This is report", "That is report")
+    write_jsonl(raw / "a.jsonl", docs)
+    manifest = run(load_data_prep_config(None, overrides))
+    assert manifest["run"]["reused"]["tokenize"] == 0
+    tok = load_tokenizer(tmp_path / "out" / "tokenizer.model")
+    first = read_dataset(tmp_path / "out" / "train")[0]
+    assert tok.decode(first[:-1].tolist()) == normalize_text(docs[0])
+
+
 def test_second_run_on_the_same_directory_is_refused(tmp_path):
     import fcntl
 
