@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -267,8 +268,12 @@ def check_error_budget(job: Job, results: list[dict]) -> None:
         )
     if problems:
         write_skipped_log(job, inputs)
+        reasons = Counter(entry["reason"] for i in inputs for entry in i["skipped"]).most_common(3)
+        frequent = "; ".join(f"{count} x {reason}" for reason, count in reasons)
         raise DataPrepError(
-            "; ".join(problems) + f". Skipped records are listed in {job.out / 'skipped.jsonl'}; "
+            "; ".join(problems)
+            + (f". Most frequent reasons: {frequent}" if frequent else "")
+            + f". Skipped records are listed in {job.out / 'skipped.jsonl'}; "
             "cleaned shards are kept, so a rerun resumes."
         )
 

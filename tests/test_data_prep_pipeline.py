@@ -448,6 +448,20 @@ def test_nothing_readable_fails(tmp_path):
         )
 
 
+def test_a_wrong_text_key_is_named_in_the_failure(tmp_path):
+    """A dump whose text is under another key: the failure says why the records were skipped
+    and which keys they have, without opening skipped.jsonl."""
+    path = write_jsonl(tmp_path / "a.jsonl", [english_doc(i) for i in range(4)], text_key="content")
+    overrides = [f"input.paths=[{path}]", f"output.dir={tmp_path / 'out'}", "runtime.workers=0"]
+    expected = (
+        "Most frequent reasons: 4 x key 'text' is missing (the record's keys: 'id', 'content'; "
+        "input.text_key names the text's). Skipped records are listed in"
+    )
+    with pytest.raises(DataPrepError) as failed:
+        run(load_data_prep_config(None, overrides))
+    assert expected in str(failed.value)
+
+
 def test_an_empty_input_is_named_and_exits_1(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
