@@ -39,6 +39,7 @@ def test_gopher_full_config_enables_ngram_rules():
         (["output.valid_prefix=train"], "output.valid_prefix: must differ"),
         (["clean.quality.top_ngram_max_char_fraction=[[2, 0.2, 1]]"], "each entry is [n, fraction]"),
         (["runtime.workers=-1"], "runtime.workers: must be >= 0"),
+        (["input.paths=a.jsonl"], "input.paths: must be a list, got 'a.jsonl' (YAML: [a, b]; command line: input."),
     ],
 )
 def test_bad_values_name_the_key(overrides, message):
