@@ -86,7 +86,7 @@ def test_cli_flag_form_runs(tmp_path, capsys):
     assert manifest["config"]["tokenizer"]["vocab_size"] == 400 and manifest["config"]["split"]["valid_fraction"] == 0.1
     assert main([*argv, "--restart"]) == 0
     rerun = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0}  # --restart dropped .work
+    assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0, "merge": 0}  # --restart dropped .work
     assert {k: v for k, v in rerun.items() if k != "run"} == {k: v for k, v in manifest.items() if k != "run"}
 
 

@@ -166,16 +166,29 @@ def test_output_dir_can_move(planted, tmp_path):
     assert load_tokenizer(moved / m["tokenizer"]["path"]).vocab_size == m["tokenizer"]["vocab_size"]
 
 
-def test_rerun_reuses_everything_and_is_identical(planted):
-    out = planted["out"]
+def test_rerun_reuses_everything_and_is_identical(planted, tmp_path):
+    """Nothing changed: not even the merge runs again (the .bin/.idx files stay the same
+    files); a merged file gone, it does, to the same bytes."""
+    out = tmp_path / "copy"
+    shutil.copytree(planted["out"], out)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    files = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.[bi][id]*")}
     manifest = run(load_data_prep_config(None, planted_overrides(planted["raw"], out)))
-    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 5}
+    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 5, "merge": 1}
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.[bi][id]*")} == files
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert set(after) == set(before)
     for name in before:
         if name != "manifest.json":
             assert after[name] == before[name], name
+    assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
+    assert manifest["run"]["cost"]["merge"] == planted["manifest"]["run"]["cost"]["merge"]
+    (out / "valid.idx").unlink()
+    manifest = run(load_data_prep_config(None, planted_overrides(planted["raw"], out)))
+    assert manifest["run"]["reused"]["merge"] == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
     assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
 
 
@@ -232,7 +245,7 @@ def test_crash_in_tokenize_stage_resumes_identically(planted, tmp_path, monkeypa
     assert not (out / "train.bin").exists()
     monkeypatch.setattr(pipeline, "tokenize_shard", real)
     manifest = run(load_data_prep_config(None, overrides))
-    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 2}
+    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 2, "merge": 0}
     for name in ("train.bin", "train.idx", "valid.bin", "valid.idx"):
         assert (out / name).read_bytes() == (planted["out"] / name).read_bytes(), name
     assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
