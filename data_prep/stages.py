@@ -269,7 +269,7 @@ def check_error_budget(job: Job, results: list[dict]) -> None:
     if problems:
         write_skipped_log(job, inputs)
         reasons = Counter(entry["reason"] for i in inputs for entry in i["skipped"]).most_common(3)
-        frequent = "; ".join(f"{count} x {reason}" for reason, count in reasons)
+        frequent = "; ".join(f"{count} x {reason.rstrip('.')}" for reason, count in reasons)
         raise DataPrepError(
             "; ".join(problems)
             + (f". Most frequent reasons: {frequent}" if frequent else "")
