@@ -107,6 +107,12 @@ def detect_format(path: str) -> str | None:
     return None
 
 
+def _ignored(name: str) -> bool:
+    """Hidden and ``_``-prefixed names in a walked directory are no data (Spark's ``_SUCCESS`` and
+    ``.part-*.crc``, editors' files), as Hugging Face datasets resolves data folders."""
+    return name.startswith((".", "_"))
+
+
 def expand_inputs(cfg: InputConfig) -> list[InputFile]:
     """Files from ``input.paths`` (files, directories, globs), sorted, each with its format.
 
@@ -126,8 +132,11 @@ def expand_inputs(cfg: InputConfig) -> list[InputFile]:
                 raise InputError(str(exc)) from exc
             continue
         if os.path.isdir(pattern):
-            for root, _dirs, files in os.walk(pattern):
+            for root, dirs, files in os.walk(pattern):
+                dirs[:] = [d for d in dirs if not _ignored(d)]
                 for name in files:
+                    if _ignored(name):
+                        continue
                     full = os.path.join(root, name)
                     fmt = detect_format(full) if cfg.format == "auto" else cfg.format
                     if fmt is not None:  # directories: take the files we know how to read

@@ -47,6 +47,19 @@ def test_expand_inputs_sorted_globs_and_errors(tmp_path):
     assert expand_inputs(InputConfig(paths=[str(tmp_path / "readme.txt")], format="jsonl"))[0].format == "jsonl"
 
 
+def test_a_walked_directory_skips_hidden_and_underscore_names(tmp_path):
+    """A Spark/Hadoop output folder: part files, their hidden .crc checksums, _SUCCESS, a
+    _temporary folder. Only the part files are data, also with an explicit input.format."""
+    (tmp_path / "_temporary" / "0").mkdir(parents=True)
+    (tmp_path / ".cache").mkdir()
+    for name in ("part-00000", "part-00001", ".part-00000.crc", "_SUCCESS", "_temporary/0/part-00002", ".cache/x.json"):
+        (tmp_path / name).write_bytes(b"")
+    files = expand_inputs(InputConfig(paths=[str(tmp_path)], format="jsonl"))
+    assert [f.path.rsplit("/", 1)[1] for f in files] == ["part-00000", "part-00001"]
+    named = expand_inputs(InputConfig(paths=[str(tmp_path / "_SUCCESS")], format="jsonl"))  # named: taken
+    assert [f.path for f in named] == [str(tmp_path / "_SUCCESS")]
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 def test_jsonl_compressions_and_text_key(tmp_path, suffix):
     docs = [english_doc(i) for i in range(5)]
