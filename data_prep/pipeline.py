@@ -109,7 +109,12 @@ def _workers(cfg: DataPrepConfig, units: int) -> int:
 def check_inputs(cfg: DataPrepConfig) -> list[Shard]:
     """The shard list; bad inputs, a missing extractor or an unusable tokenizer fail here, before
     anything is written."""
-    sources = expand_inputs(cfg.input)
+    out = Path(cfg.output.dir).resolve()
+    # An output folder inside a walked input folder: a rerun would read its own manifest.json
+    # and skipped.jsonl as JSONL input.
+    sources = [s for s in expand_inputs(cfg.input) if not Path(s.path).resolve().is_relative_to(out)]
+    if not sources:
+        raise InputError(f"input.paths: every file they match lies inside output.dir {out}")
     if any(s.format == "warc" for s in sources) and cfg.input.html_extractor == "trafilatura":
         from data_prep.extract import _trafilatura_text
 

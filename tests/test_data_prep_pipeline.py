@@ -591,6 +591,18 @@ def test_an_edited_input_is_tokenized_again(tmp_path):
     assert tok.decode(first[:-1].tolist()) == normalize_text(docs[0])
 
 
+def test_an_output_folder_inside_the_input_folder_is_not_read_back(tmp_path):
+    """input.paths=[data], output.dir=data/out: the rerun read its own manifest.json and
+    skipped.jsonl as JSONL inputs and failed on the error budget."""
+    write_jsonl(tmp_path / "a.jsonl", [english_doc(i) for i in range(6)])
+    overrides = [f"input.paths=[{tmp_path}]", f"output.dir={tmp_path / 'out'}", "tokenizer.vocab_size=400"]
+    overrides += ["runtime.workers=0", "runtime.progress=false"]
+    first = run(load_data_prep_config(None, overrides))
+    again = run(load_data_prep_config(None, overrides))
+    assert [i["path"] for i in again["inputs"]] == [str(tmp_path / "a.jsonl")]
+    assert manifest_without_run(again) == manifest_without_run(first)
+
+
 def test_second_run_on_the_same_directory_is_refused(tmp_path):
     import fcntl
 
