@@ -24,6 +24,7 @@ from pathlib import Path
 from data_prep import stages
 from data_prep.config import DataPrepConfig
 from data_prep.filters import offline_env
+from data_prep.manifest import MANIFEST_FILE
 from data_prep.readers import InputError, expand_inputs
 from data_prep.shards import Shard, plan_shards
 from data_prep.stages import DataPrepError, Job, Stage
@@ -109,7 +110,10 @@ def _workers(cfg: DataPrepConfig, units: int) -> int:
 def check_inputs(cfg: DataPrepConfig) -> list[Shard]:
     """The shard list; bad inputs, a missing extractor or an unusable tokenizer fail here, before
     anything is written."""
-    sources = expand_inputs(cfg.input)
+    out = Path(cfg.output.dir).resolve()
+    sources = [s for s in expand_inputs(cfg.input) if not _written_here(Path(s.path).resolve(), out)]
+    if not sources:
+        raise InputError(f"input.paths: every file they match is one data_prep wrote into output.dir {out}")
     if any(s.format == "warc" for s in sources) and cfg.input.html_extractor == "trafilatura":
         from data_prep.extract import _trafilatura_text
 
@@ -120,6 +124,17 @@ def check_inputs(cfg: DataPrepConfig) -> list[Shard]:
     if cfg.tokenizer.path is not None:
         load_tokenizer(cfg.tokenizer.path, cfg.tokenizer.eod_token)
     return plan_shards(sources, cfg.input)
+
+
+def _written_here(path: Path, out: Path) -> bool:
+    """A file data_prep writes into ``out`` with a suffix its readers take: with the output folder
+    inside a walked input folder, a rerun read its manifest.json, skipped.jsonl and a copied
+    tokenizer.json as JSONL input (files of the user's there, such as build_from_texts' input/, stay inputs)."""
+    return (
+        path.parent == out
+        and path.name in (MANIFEST_FILE, "skipped.jsonl", "tokenizer.json")
+        or (path.is_relative_to(out / ".work"))
+    )
 
 
 def run(cfg: DataPrepConfig) -> dict:

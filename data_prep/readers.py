@@ -107,6 +107,12 @@ def detect_format(path: str) -> str | None:
     return None
 
 
+def _ignored(name: str) -> bool:
+    """Hidden and ``_``-prefixed names in a walked directory are no data (Spark's ``_SUCCESS`` and
+    ``.part-*.crc``, editors' files), as Hugging Face datasets resolves data folders."""
+    return name.startswith((".", "_"))
+
+
 def expand_inputs(cfg: InputConfig) -> list[InputFile]:
     """Files from ``input.paths`` (files, directories, globs), sorted, each with its format.
 
@@ -126,8 +132,11 @@ def expand_inputs(cfg: InputConfig) -> list[InputFile]:
                 raise InputError(str(exc)) from exc
             continue
         if os.path.isdir(pattern):
-            for root, _dirs, files in os.walk(pattern):
+            for root, dirs, files in os.walk(pattern):
+                dirs[:] = [d for d in dirs if not _ignored(d)]
                 for name in files:
+                    if _ignored(name):
+                        continue
                     full = os.path.join(root, name)
                     fmt = detect_format(full) if cfg.format == "auto" else cfg.format
                     if fmt is not None:  # directories: take the files we know how to read
@@ -403,14 +412,23 @@ def _parse_jsonl_lines(block: bytes, first_line: int, cfg: InputConfig, log: Rea
             continue
         text = record.get(cfg.text_key)
         if not isinstance(text, str):
-            reason = "missing" if text is None else f"{type(text).__name__}, not a string"
-            log.skip_line(line_no, f"key {cfg.text_key!r} is {reason}")
+            log.skip_line(line_no, f"key {cfg.text_key!r} is {_not_text(record, cfg.text_key)}")
             continue
         text = _valid_utf8(text, cfg, log, where, line_no)
         if text is not None:
             texts.append(text)
             log.records += 1
     return texts
+
+
+def _not_text(record: dict, key: str) -> str:
+    """Why ``record[key]`` is no text; a missing key names the record's keys (input.text_key)."""
+    if key not in record:
+        keys = list(record)
+        listed = ", ".join(map(repr, keys[:8])) + (", ..." if len(keys) > 8 else "")
+        return f"missing (the record's keys: {listed or 'none'}; input.text_key names the text's)"
+    text = record[key]
+    return "null" if text is None else f"{type(text).__name__}, not a string"
 
 
 def _loads_or_none(line: str) -> object:
@@ -445,7 +463,7 @@ def _column_texts(values: list, first_row: int, cfg: InputConfig, log: ReadLog) 
     texts = []
     for row, text in enumerate(values, start=first_row):
         if text is None:
-            log.skip(f"row {row}", f"key {cfg.text_key!r} is missing")
+            log.skip(f"row {row}", f"key {cfg.text_key!r} is null")
             continue
         if len(text) > cfg.max_record_bytes:
             log.dropped["too_long"] += 1

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -267,8 +268,12 @@ def check_error_budget(job: Job, results: list[dict]) -> None:
         )
     if problems:
         write_skipped_log(job, inputs)
+        reasons = Counter(entry["reason"] for i in inputs for entry in i["skipped"]).most_common(3)
+        frequent = "; ".join(f"{count} x {reason.rstrip('.')}" for reason, count in reasons)
         raise DataPrepError(
-            "; ".join(problems) + f". Skipped records are listed in {job.out / 'skipped.jsonl'}; "
+            "; ".join(problems)
+            + (f". Most frequent reasons: {frequent}" if frequent else "")
+            + f". Skipped records are listed in {job.out / 'skipped.jsonl'}; "
             "cleaned shards are kept, so a rerun resumes."
         )
 
@@ -576,7 +581,10 @@ def _tokenize_todo(job: Job, shards: Sequence[Shard], plan_: Plan, tokenizer_fil
     todo = []
     for shard in shards:
         assignment = plan_.of(shard)
-        fp = f"{tok.sha256[:16]}-{dtype}-{tok.eod}-{assignment_digest(assignment)}"
+        # The clean shard's identity too: an edited input with the same document count and
+        # split (valid_fraction 0, a given tokenizer) would otherwise keep its old tokens.
+        text = _clean_identity(plan_.results[shard.index])
+        fp = f"{tok.sha256[:16]}-{dtype}-{tok.eod}-{assignment_digest(assignment)}-{text}"
         paths = part_paths(out_dir, shard.shard_id)
         marker = read_json(paths["marker"])
         if marker and marker.get("fingerprint") == fp and all(os.path.exists(p) for p in paths.values()):
@@ -593,6 +601,8 @@ def _tokenize_todo(job: Job, shards: Sequence[Shard], plan_: Plan, tokenizer_fil
 
 def tokenize(job: Job, pool: cf.Executor, shards: Sequence[Shard], plan_: Plan, tokenizer_file: str) -> None:
     todo = _tokenize_todo(job, shards, plan_, tokenizer_file)
+    if todo:  # the merge must run again: no manifest may describe the old token streams meanwhile
+        (job.out / MANIFEST_FILE).unlink(missing_ok=True)
     job.reused["tokenize"] = len(shards) - len(todo)
     logger.info("tokenize: %d shard(s), %d finished earlier, %d to do", len(shards), len(shards) - len(todo), len(todo))
     for _ in _run_tasks(pool, tokenize_shard, todo, "tokenize", job.cfg.runtime.progress):
@@ -611,6 +621,11 @@ def tokenize_and_merge(
     logger.info(
         "tokenize: %d shard(s), %d finished earlier, %d to do", len(job.shards), job.reused["tokenize"], len(todo)
     )
+    earlier = None if todo else _current_merge(job, plan_, file_sha256(tokenizer_file))
+    job.reused["merge"] = int(earlier is not None)
+    if earlier is not None:
+        logger.info("merge: the .bin/.idx files manifest.json describes are current, kept")
+        return earlier
     manifest_path = job.out / MANIFEST_FILE
     if manifest_path.exists():
         manifest_path.unlink()  # the outputs are about to change; no manifest may describe half of them
@@ -647,6 +662,36 @@ def tokenize_and_merge(
         "prefixes": {split: [os.path.relpath(p, job.out) for p in merger.prefixes(split)] for split in SPLITS},
         "cpu_seconds": round(merger.cpu_seconds, 3),
     }
+
+
+def _current_merge(job: Job, plan_: Plan, tokenizer_sha256: str) -> dict | None:
+    """The merge an earlier run finished, while its manifest still describes these outputs, else
+    None. Sound because the manifest is deleted before any token stream or merged file changes
+    and written only after the merge: tokenizer, kept documents and output settings are the
+    rest of what the merged files depend on."""
+    manifest = read_json(job.out / MANIFEST_FILE)
+    if not (
+        manifest
+        and manifest.get("tokenizer", {}).get("sha256") == tokenizer_sha256
+        and manifest.get("documents", {}).get("kept") == int((plan_.assignment != DROP).sum())
+        and manifest.get("config") == config_section(job.cfg)
+    ):
+        return None
+    try:
+        files = [
+            job.out / (p + ext) for split in SPLITS for p in manifest[split]["prefixes"] for ext in (".bin", ".idx")
+        ]
+        if not all(f.is_file() for f in files):
+            return None
+        return {
+            "dtype": manifest["dtype"],
+            "documents": {split: manifest[split]["documents"] for split in SPLITS},
+            "tokens": {split: manifest[split]["tokens"] for split in SPLITS},
+            "prefixes": {split: manifest[split]["prefixes"] for split in SPLITS},
+            "cpu_seconds": manifest.get("run", {}).get("cost", {}).get("merge", {}).get("cpu_seconds", 0.0),
+        }
+    except (KeyError, TypeError):  # a manifest written by hand or by another version
+        return None
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -779,13 +824,8 @@ def unfinished_units(job: Job, stage: Stage) -> list:
         if stage.name == "tokenize":
             left = {t.shard_id for t in _tokenize_todo(job, job.shards, plan_, tokenizer_file)}
             return [s for s in job.shards if s.shard_id in left]
-        manifest = read_json(job.out / MANIFEST_FILE)
-        current = (
-            manifest is not None
-            and manifest.get("tokenizer", {}).get("sha256") == info["sha256"]
-            and manifest.get("documents", {}).get("kept") == int((plan_.assignment != DROP).sum())
-            and manifest.get("config") == config_section(job.cfg)
-            and not _tokenize_todo(job, job.shards, plan_, tokenizer_file)
+        current = not _tokenize_todo(job, job.shards, plan_, tokenizer_file) and _current_merge(
+            job, plan_, info["sha256"]
         )
         return [] if current else [None]
     except DataPrepError:

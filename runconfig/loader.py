@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 T = TypeVar("T")
 _LITERAL_ERROR = re.compile(r"Invalid value ('.*'), expected one of (\[.*\])")
+_NOT_A_LIST = "is not a ListConfig"
 
 
 class ConfigError(ValueError):
@@ -97,6 +98,9 @@ def _describe(exc: OmegaConfBaseException) -> str:
     choice = _LITERAL_ERROR.match(first)
     if choice and key:  # a Literal-typed key: the same words as runconfig.checks.check_choice
         return f"{key}: must be one of {choice.group(2)}, got {choice.group(1)}"
+    if _NOT_A_LIST in first and key:  # "AnyNode is not a ListConfig, ...": a scalar given for a list
+        value = getattr(exc, "value", None)
+        return f"{key}: must be a list, got {value!r} (YAML: [a, b]; command line: {key}='[a, b]')"
     return f"key '{key}': {first}" if key else first
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from data_prep.manifest import MANIFEST_FILE, read_manifest
+from data_prep.tokenizer import file_sha256
 from jobscripts.atomic import atomic_write_text
 from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl, is_registry
 from study.log import log as _log
@@ -72,6 +73,7 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
         )
     if m.train_tokens is None or m.valid_tokens is None:
         raise CorpusError(f"{m.path}: not a complete data_prep manifest (no train/valid token counts)")
+    _check_same_data(out, m.path)
     _log(
         f"data: {m.train_tokens:,} train / {m.valid_tokens:,} valid tokens "
         f"({m.train_documents} / {m.valid_documents} documents of {s.corpus}), vocab {s.vocab_size}"
@@ -79,6 +81,43 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
     tokens = s.steps * s.batch * s.seq_length
     _log(f"each run trains on {tokens:,} tokens: {tokens / m.train_tokens:.2f} passes over the train split")
     return data_dir
+
+
+IDENTITY_FILE = "data_identity.json"
+
+
+def _identity(manifest: dict) -> dict[str, Any]:
+    """What the study's runs trained on, wherever it lies: the tokenizer, the splits' sizes and
+    each input file's sha256 (from data_prep's manifest)."""
+    return {
+        "tokenizer_sha256": manifest.get("tokenizer", {}).get("sha256"),
+        **{split: [manifest.get(split, {}).get(k) for k in ("documents", "tokens")] for split in ("train", "valid")},
+        "inputs_sha256": [i.get("sha256") for i in manifest.get("inputs", [])],
+    }
+
+
+def _has_runs(out: Path) -> bool:
+    runs = out / "sweep" / "runs"
+    return runs.is_dir() and any(runs.iterdir())
+
+
+def _check_same_data(out: Path, manifest_path: Path) -> None:
+    """The runs a study reuses trained on the data it trains on now: its base config names only
+    the data's folder, so a corpus file edited between two parts (rebuilt in place) or a
+    prepared folder prepared again would have the old runs reported as the new data's. The
+    first part records the data's identity in ``out``; a later part with runs refuses another."""
+    recorded_path = out / IDENTITY_FILE
+    now = _identity(json.loads(manifest_path.read_text()))
+    if recorded_path.is_file() and _has_runs(out):
+        recorded = json.loads(recorded_path.read_text())
+        if recorded != now:
+            changed = ", ".join(k for k in now if recorded.get(k) != now[k])
+            raise CorpusError(
+                f"{manifest_path}: not the data {out}'s runs trained on ({changed} differ from {recorded_path}); "
+                "give another --out for the new data, or restore the old"
+            )
+        return
+    atomic_write_text(recorded_path, json.dumps(now, indent=1) + "\n")
 
 
 def _build(out: Path, s: Study, workers: int) -> None:
@@ -104,6 +143,14 @@ def _build(out: Path, s: Study, workers: int) -> None:
             raise CorpusError(
                 f"{built}: {out} holds a study trained at vocab_size {vocab}, but study {s.name!r} asks for "
                 f"{s.vocab_size}; give another --out for the new vocabulary, or restore vocab_size"
+            )
+    if manifest is None and built.is_file() and not is_registry(s.corpus) and (out / IDENTITY_FILE).is_file():
+        # the user's JSONL edited since: data_prep would rebuild out/data in place under the old runs
+        recorded = json.loads((out / IDENTITY_FILE).read_text()).get("inputs_sha256")
+        if _has_runs(out) and recorded != [file_sha256(s.corpus)]:
+            raise CorpusError(
+                f"{s.corpus}: changed since {data_dir} was built from it (sha256 differs from {out / IDENTITY_FILE}); "
+                f"{out} holds runs trained on the old text: give another --out, or restore the file"
             )
     if manifest is None:
         from data_prep.api import build_from_texts

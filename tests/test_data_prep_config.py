@@ -39,6 +39,7 @@ def test_gopher_full_config_enables_ngram_rules():
         (["output.valid_prefix=train"], "output.valid_prefix: must differ"),
         (["clean.quality.top_ngram_max_char_fraction=[[2, 0.2, 1]]"], "each entry is [n, fraction]"),
         (["runtime.workers=-1"], "runtime.workers: must be >= 0"),
+        (["input.paths=a.jsonl"], "input.paths: must be a list, got 'a.jsonl' (YAML: [a, b]; command line: input."),
     ],
 )
 def test_bad_values_name_the_key(overrides, message):
@@ -85,7 +86,7 @@ def test_cli_flag_form_runs(tmp_path, capsys):
     assert manifest["config"]["tokenizer"]["vocab_size"] == 400 and manifest["config"]["split"]["valid_fraction"] == 0.1
     assert main([*argv, "--restart"]) == 0
     rerun = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0}  # --restart dropped .work
+    assert rerun["run"]["reused"] == {"clean": 0, "tokenizer": 0, "tokenize": 0, "merge": 0}  # --restart dropped .work
     assert {k: v for k, v in rerun.items() if k != "run"} == {k: v for k, v in manifest.items() if k != "run"}
 
 

@@ -105,7 +105,7 @@ def test_save_to_disk_folder_equals_jsonl_and_resumes(reference):
     assert [Path(i["path"]).name for i in m["inputs"]] == [f"data-0000{k}-of-00003.arrow" for k in range(3)]
     assert m["skipped_total"] == 1
     (skip,) = m["skipped"]
-    assert skip["where"] == "row 5" and "key 'content' is missing" in skip["reason"]
+    assert skip["where"] == "row 5" and "key 'content' is null" in skip["reason"]
     assert Path(skip["path"]).name == "data-00000-of-00003.arrow"
     assert m["documents"] == reference["manifest"]["documents"]
     assert outputs(out) == reference["bytes"]  # byte-identical to the JSONL run

@@ -166,16 +166,29 @@ def test_output_dir_can_move(planted, tmp_path):
     assert load_tokenizer(moved / m["tokenizer"]["path"]).vocab_size == m["tokenizer"]["vocab_size"]
 
 
-def test_rerun_reuses_everything_and_is_identical(planted):
-    out = planted["out"]
+def test_rerun_reuses_everything_and_is_identical(planted, tmp_path):
+    """Nothing changed: not even the merge runs again (the .bin/.idx files stay the same
+    files); a merged file gone, it does, to the same bytes."""
+    out = tmp_path / "copy"
+    shutil.copytree(planted["out"], out)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    files = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.[bi][id]*")}
     manifest = run(load_data_prep_config(None, planted_overrides(planted["raw"], out)))
-    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 5}
+    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 5, "merge": 1}
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("*.[bi][id]*")} == files
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert set(after) == set(before)
     for name in before:
         if name != "manifest.json":
             assert after[name] == before[name], name
+    assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
+    assert manifest["run"]["cost"]["merge"] == planted["manifest"]["run"]["cost"]["merge"]
+    (out / "valid.idx").unlink()
+    manifest = run(load_data_prep_config(None, planted_overrides(planted["raw"], out)))
+    assert manifest["run"]["reused"]["merge"] == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
     assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
 
 
@@ -232,7 +245,7 @@ def test_crash_in_tokenize_stage_resumes_identically(planted, tmp_path, monkeypa
     assert not (out / "train.bin").exists()
     monkeypatch.setattr(pipeline, "tokenize_shard", real)
     manifest = run(load_data_prep_config(None, overrides))
-    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 2}
+    assert manifest["run"]["reused"] == {"clean": 5, "tokenizer": 1, "tokenize": 2, "merge": 0}
     for name in ("train.bin", "train.idx", "valid.bin", "valid.idx"):
         assert (out / name).read_bytes() == (planted["out"] / name).read_bytes(), name
     assert manifest_without_run(manifest) == manifest_without_run(planted["manifest"])
@@ -448,6 +461,20 @@ def test_nothing_readable_fails(tmp_path):
         )
 
 
+def test_a_wrong_text_key_is_named_in_the_failure(tmp_path):
+    """A dump whose text is under another key: the failure says why the records were skipped
+    and which keys they have, without opening skipped.jsonl."""
+    path = write_jsonl(tmp_path / "a.jsonl", [english_doc(i) for i in range(4)], text_key="content")
+    overrides = [f"input.paths=[{path}]", f"output.dir={tmp_path / 'out'}", "runtime.workers=0"]
+    expected = (
+        "Most frequent reasons: 4 x key 'text' is missing (the record's keys: 'id', 'content'; "
+        "input.text_key names the text's). Skipped records are listed in"
+    )
+    with pytest.raises(DataPrepError) as failed:
+        run(load_data_prep_config(None, overrides))
+    assert expected in str(failed.value)
+
+
 def test_an_empty_input_is_named_and_exits_1(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
@@ -530,6 +557,50 @@ def test_adding_an_input_reuses_finished_shards(tmp_path):
     second = run(load_data_prep_config(None, [*overrides, f"tokenizer.path={tmp_path / 'out' / 'tokenizer.model'}"]))
     assert second["run"]["reused"]["clean"] == 2 and second["run"]["reused"]["tokenize"] == 2
     assert second["filters"]["exact_dedup"] == 5 and second["documents"]["kept"] == first["documents"]["kept"] + 10
+
+
+def test_an_edited_input_is_tokenized_again(tmp_path):
+    """Same document count, no valid split, a given tokenizer: the plan's assignment and the
+    tokenizer are unchanged, yet the tokens must be the new text's (they were the old file's)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    docs = [english_doc(i) for i in range(8)]
+    write_jsonl(raw / "a.jsonl", docs)
+    overrides = [
+        f"input.paths=[{raw}/a.jsonl]",
+        f"output.dir={tmp_path / 'first'}",
+        "tokenizer.vocab_size=400",
+        "runtime.workers=0",
+        "runtime.progress=false",
+    ]
+    run(load_data_prep_config(None, overrides))
+    overrides = [
+        *overrides[:1],
+        f"output.dir={tmp_path / 'out'}",
+        *overrides[2:],
+        f"tokenizer.path={tmp_path / 'first' / 'tokenizer.model'}",
+        "split.valid_fraction=0",
+    ]
+    run(load_data_prep_config(None, overrides))
+    docs[0] = docs[0].replace("This is report", "That is report")
+    write_jsonl(raw / "a.jsonl", docs)
+    manifest = run(load_data_prep_config(None, overrides))
+    assert manifest["run"]["reused"]["tokenize"] == 0
+    tok = load_tokenizer(tmp_path / "out" / "tokenizer.model")
+    first = read_dataset(tmp_path / "out" / "train")[0]
+    assert tok.decode(first[:-1].tolist()) == normalize_text(docs[0])
+
+
+def test_an_output_folder_inside_the_input_folder_is_not_read_back(tmp_path):
+    """input.paths=[data], output.dir=data/out: the rerun read its own manifest.json and
+    skipped.jsonl as JSONL inputs and failed on the error budget."""
+    write_jsonl(tmp_path / "a.jsonl", [english_doc(i) for i in range(6)])
+    overrides = [f"input.paths=[{tmp_path}]", f"output.dir={tmp_path / 'out'}", "tokenizer.vocab_size=400"]
+    overrides += ["runtime.workers=0", "runtime.progress=false"]
+    first = run(load_data_prep_config(None, overrides))
+    again = run(load_data_prep_config(None, overrides))
+    assert [i["path"] for i in again["inputs"]] == [str(tmp_path / "a.jsonl")]
+    assert manifest_without_run(again) == manifest_without_run(first)
 
 
 def test_second_run_on_the_same_directory_is_refused(tmp_path):

@@ -47,6 +47,19 @@ def test_expand_inputs_sorted_globs_and_errors(tmp_path):
     assert expand_inputs(InputConfig(paths=[str(tmp_path / "readme.txt")], format="jsonl"))[0].format == "jsonl"
 
 
+def test_a_walked_directory_skips_hidden_and_underscore_names(tmp_path):
+    """A Spark/Hadoop output folder: part files, their hidden .crc checksums, _SUCCESS, a
+    _temporary folder. Only the part files are data, also with an explicit input.format."""
+    (tmp_path / "_temporary" / "0").mkdir(parents=True)
+    (tmp_path / ".cache").mkdir()
+    for name in ("part-00000", "part-00001", ".part-00000.crc", "_SUCCESS", "_temporary/0/part-00002", ".cache/x.json"):
+        (tmp_path / name).write_bytes(b"")
+    files = expand_inputs(InputConfig(paths=[str(tmp_path)], format="jsonl"))
+    assert [f.path.rsplit("/", 1)[1] for f in files] == ["part-00000", "part-00001"]
+    named = expand_inputs(InputConfig(paths=[str(tmp_path / "_SUCCESS")], format="jsonl"))  # named: taken
+    assert [f.path for f in named] == [str(tmp_path / "_SUCCESS")]
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 def test_jsonl_compressions_and_text_key(tmp_path, suffix):
     docs = [english_doc(i) for i in range(5)]
@@ -72,13 +85,17 @@ def test_jsonl_bad_lines_are_named(tmp_path):
     assert texts == ["first good", "last good"]
     assert [(s["where"], s["reason"].split(":")[0]) for s in log.skipped] == [
         ("line 3", "invalid JSON"),
-        ("line 4", "key 'text' is missing"),
+        ("line 4", "key 'text' is missing (the record's keys"),
         ("line 5", "key 'text' is int, not a string"),
         ("line 6", "not a JSON object but list"),
         ("line 7", "undecodable text"),
         ("line 9", "undecodable bytes (not UTF-8)"),
     ]
     assert all(s["path"] == str(path) for s in log.skipped)
+    assert (
+        log.skipped[1]["reason"]
+        == "key 'text' is missing (the record's keys: 'other'; input.text_key names the text's)"
+    )
     texts, log = read_all_texts(path, cfg(on_decode_error="replace"))
     assert texts[-2:] == ["last good", "bad byte \ufffd"] and "lone surrogate ? here" in texts
 
@@ -103,7 +120,7 @@ def test_jsonl_many_blocks_keep_line_numbers(tmp_path):
     path = write_jsonl(tmp_path / "many.jsonl.gz", records)
     texts, log = read_all_texts(path, cfg(read_block_bytes=4096))
     assert len(texts) == 299 and texts[217] == english_doc(218)
-    assert log.skipped == [{"path": str(path), "where": "line 218", "reason": "key 'text' is missing"}]
+    assert log.skipped == [{"path": str(path), "where": "line 218", "reason": "key 'text' is null"}]
 
 
 def test_truncated_and_corrupt_gzip(tmp_path):
@@ -130,7 +147,7 @@ def test_parquet_rows_nulls_and_missing_column(tmp_path):
     path = write_parquet(tmp_path / "p.parquet", ["a doc", None, "another doc", "x" * 100], row_group_size=2)
     texts, log = read_all_texts(path, cfg(max_record_bytes=50))
     assert texts == ["a doc", "another doc"] and log.dropped["too_long"] == 1
-    assert log.skipped == [{"path": str(path), "where": "row 1", "reason": "key 'text' is missing"}]
+    assert log.skipped == [{"path": str(path), "where": "row 1", "reason": "key 'text' is null"}]
     texts, log = read_all_texts(path, cfg(text_key="body"))
     assert texts == [] and log.stopped_early and "no column 'body'" in log.skipped[0]["reason"]
     bad = tmp_path / "bad.parquet"

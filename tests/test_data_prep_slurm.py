@@ -193,3 +193,35 @@ def test_sbatch_values_are_checked(tmp_path, cluster):
     )
     with pytest.raises(ValueError, match="slurm partition: 'a b' holds characters not allowed"):
         submit(cfg, dry_run=False)
+
+
+def test_an_edit_tokenized_by_array_tasks_leaves_the_merge_to_submit(tmp_path):
+    """After an input is edited, the tokenize tasks rewrite its token stream; until the merge
+    has run, no manifest may say the output is current (a resubmission said "nothing to
+    submit" and left the old .bin/.idx)."""
+    from data_prep.pipeline import check_inputs, run_task
+    from data_prep.stages import STAGES
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    docs = [english_doc(i) for i in range(8)]
+    write_jsonl(raw / "a.jsonl", docs)
+    first = [f"input.paths=[{raw}/a.jsonl]", "tokenizer.vocab_size=400", "runtime.workers=0", "runtime.progress=false"]
+    run(load_data_prep_config(None, [*first, f"output.dir={tmp_path / 'first'}"]))
+    cfg = load_data_prep_config(
+        None,
+        [
+            *first,
+            f"output.dir={tmp_path / 'out'}",
+            f"tokenizer.path={tmp_path / 'first' / 'tokenizer.model'}",
+            "split.valid_fraction=0",
+        ],
+    )
+    run(cfg)
+    write_jsonl(raw / "a.jsonl", [docs[0].replace("This is report", "That is report"), *docs[1:]])
+    shards = check_inputs(cfg)
+    for stage in STAGES:
+        if stage.name in ("clean", "plan", "tokenizer", "tokenize"):
+            run_task(cfg, shards, stage, 0, 1)
+    _, chain, _ = plan_submission(cfg)
+    assert [(stage.name, ranks) for stage, ranks in chain] == [("merge", [0])]

@@ -487,6 +487,46 @@ def test_a_study_on_the_users_own_jsonl_and_on_their_prepared_data(tmp_path, mon
             load_study(str(mine / "mine.yaml"))
 
 
+def test_data_changed_under_a_studys_runs_is_refused(tmp_path):
+    """The user's JSONL edited between two parts of a study (the same --out): data_prep rebuilt
+    OUT/data in place and the study reused every run trained on the old text as the new one's.
+    The same for a prepared folder prepared again. Both are refused once the study has runs;
+    the data is left as it was."""
+    from pydoc_data.topics import topics
+
+    from study.corpus import CorpusError
+    from study.data import prepare_data
+    from study.spec import load_study
+
+    docs = [t for t in topics.values() if len(t) > 500]
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    s = replace(load_study("quick"), corpus=str(corpus))
+    out = tmp_path / "out"
+    data = prepare_data(out, s, 1)
+    before = (data / "manifest.json").read_text()
+    recorded = json.loads((out / "data_identity.json").read_text())
+    assert recorded["train"] == [json.loads(before)["train"]["documents"], json.loads(before)["train"]["tokens"]]
+    assert prepare_data(out, s, 1) == data  # nothing changed: resumes
+    before = (data / "manifest.json").read_text()
+    (out / "sweep" / "runs" / "L2-sp-lr2^-8-0000").mkdir(parents=True)  # a part of the study has run
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[1:]))
+    with pytest.raises(CorpusError, match=f"{corpus}: changed since {data} was built from it"):
+        prepare_data(out, s, 1)
+    assert (data / "manifest.json").read_text() == before  # not rebuilt
+
+    prepared = tmp_path / "prepared"
+    shutil.copytree(data, prepared)
+    p = replace(s, corpus=str(prepared))
+    assert prepare_data(tmp_path / "out2", p, 1) == prepared
+    (tmp_path / "out2" / "sweep" / "runs" / "L2-sp-lr2^-8-0000").mkdir(parents=True)
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    manifest["train"]["tokens"] += 1  # prepared again from other text
+    (prepared / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorpusError, match=r"not the data .*out2's runs trained on \(train differ"):
+        prepare_data(tmp_path / "out2", p, 1)
+
+
 def test_a_corpus_with_more_characters_than_the_vocabulary_exits_2(tmp_path, capsys):
     """The study's vocab_size below what SentencePiece needs for the corpus's characters: exit 2
     naming the key, before any run (it ended in a traceback from SentencePiece's C++ source)."""
