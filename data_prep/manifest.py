@@ -32,6 +32,7 @@ class Manifest:
     eod_id: int
     tokenizer_path: Optional[str]
     tokenizer_sha256: Optional[str]
+    inputs_sha256: tuple[Optional[str], ...]  # each input file's, in the manifest's order (what a study's runs read)
 
 
 def read_manifest(path: str | Path, key: str = "data.manifest") -> Manifest:
@@ -67,6 +68,7 @@ def read_manifest(path: str | Path, key: str = "data.manifest") -> Manifest:
             eod_id=int(tok["eod_id"]),
             tokenizer_path=str(base / tok["path"]) if tok.get("path") else None,
             tokenizer_sha256=tok.get("sha256"),
+            inputs_sha256=tuple(i.get("sha256") for i in data.get("inputs", [])),
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{key}: {path} lacks the key {exc}") from exc

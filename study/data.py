@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from data_prep.manifest import MANIFEST_FILE, read_manifest
+from data_prep.manifest import MANIFEST_FILE, Manifest, read_manifest
 from data_prep.tokenizer import file_sha256
 from jobscripts.atomic import atomic_write_text
 from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl, is_registry
@@ -73,7 +73,7 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
         )
     if m.train_tokens is None or m.valid_tokens is None:
         raise CorpusError(f"{m.path}: not a complete data_prep manifest (no train/valid token counts)")
-    _check_same_data(out, m.path)
+    _check_same_data(out, m)
     _log(
         f"data: {m.train_tokens:,} train / {m.valid_tokens:,} valid tokens "
         f"({m.train_documents} / {m.valid_documents} documents of {s.corpus}), vocab {s.vocab_size}"
@@ -86,13 +86,14 @@ def prepare_data(out: Path, s: Study, workers: int) -> Path:
 IDENTITY_FILE = "data_identity.json"
 
 
-def _identity(manifest: dict) -> dict[str, Any]:
+def _identity(m: Manifest) -> dict[str, Any]:
     """What the study's runs trained on, wherever it lies: the tokenizer, the splits' sizes and
     each input file's sha256 (from data_prep's manifest)."""
     return {
-        "tokenizer_sha256": manifest.get("tokenizer", {}).get("sha256"),
-        **{split: [manifest.get(split, {}).get(k) for k in ("documents", "tokens")] for split in ("train", "valid")},
-        "inputs_sha256": [i.get("sha256") for i in manifest.get("inputs", [])],
+        "tokenizer_sha256": m.tokenizer_sha256,
+        "train": [m.train_documents, m.train_tokens],
+        "valid": [m.valid_documents, m.valid_tokens],
+        "inputs_sha256": list(m.inputs_sha256),
     }
 
 
@@ -101,19 +102,19 @@ def _has_runs(out: Path) -> bool:
     return runs.is_dir() and any(runs.iterdir())
 
 
-def _check_same_data(out: Path, manifest_path: Path) -> None:
+def _check_same_data(out: Path, m: Manifest) -> None:
     """The runs a study reuses trained on the data it trains on now: its base config names only
     the data's folder, so a corpus file edited between two parts (rebuilt in place) or a
     prepared folder prepared again would have the old runs reported as the new data's. The
     first part records the data's identity in ``out``; a later part with runs refuses another."""
     recorded_path = out / IDENTITY_FILE
-    now = _identity(json.loads(manifest_path.read_text()))
+    now = _identity(m)
     if recorded_path.is_file() and _has_runs(out):
         recorded = json.loads(recorded_path.read_text())
         if recorded != now:
             changed = ", ".join(k for k in now if recorded.get(k) != now[k])
             raise CorpusError(
-                f"{manifest_path}: not the data {out}'s runs trained on ({changed} differ from {recorded_path}); "
+                f"{m.path}: not the data {out}'s runs trained on ({changed} differ from {recorded_path}); "
                 "give another --out for the new data, or restore the old"
             )
         return
