@@ -162,7 +162,6 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
     study = replace(study, presets=_presets(path, study.presets), corpus=_corpus(path, study.corpus, overrides))
-    _check_custom(path, study)
     try:
         _check(path, study)
     except LaunchError as exc:  # a value the command line gave (--depths, --seeds, ...) is named as its flag
@@ -176,8 +175,8 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
 
 def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
     """The presets by their canonical names (``completep`` -> ``ode``, as a run config stores
-    them); an unknown one is refused here, before anything trains (it used to fail only when
-    the planner reached the first depth past the shared base, after the base had trained)."""
+    them); an unknown one, or ``custom``, is refused here, before anything trains (each used to
+    fail only when the planner reached the first depth past the shared base, after the base had trained)."""
     from patches.presets import canonical_preset
 
     try:
@@ -186,21 +185,14 @@ def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
         raise LaunchError(f"{path}: presets: {str(exc).split(': ', 1)[1]}") from None
     if len(set(canonical)) != len(canonical):
         raise LaunchError(f"{path}: presets: listed twice in {list(presets)} (as {list(canonical)})")
-    return canonical
-
-
-def _check_custom(path: Path, s: Study) -> None:
-    """Preset ``custom`` cannot run in a study: its ``alpha`` and ``gamma`` could come only from
-    variants, whose keys every preset gets (a fixed preset refuses them), and the sweep checks
-    each preset against the base config alone, where custom has neither. Refused here: it
-    used to fail when the planner reached the first depth past the shared base, after the
-    base had trained."""
-    if "custom" in s.presets:
+    if "custom" in canonical:  # its alpha and gamma could come only from variants, whose keys every
+        # preset gets (a fixed preset refuses them); the sweep checks each preset against the base config alone
         raise LaunchError(
             f"{path}: presets: 'custom' (alpha and gamma of your own) cannot run in a study yet: a study has no "
             "per-preset alpha/gamma, and its variants' keys go to every preset; use the fixed presets "
             "(sp, mup, depth_mup, branch_only, ode) or a launch sweep with parametrization.preset=custom"
         )
+    return canonical
 
 
 def _corpus(path: Path, corpus: str, overrides: dict[str, Any]) -> str:
