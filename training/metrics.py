@@ -107,8 +107,9 @@ def _wandb_run_id(run_dir: Path, resume_step: int, generate: Any) -> str:
     a checkpoint, so every session of a run logs into one W&B run (``resume="allow"`` without an
     id opened a new one per resume); a fresh id when it starts from step 0."""
     path = run_dir / WANDB_ID_FILE
-    if resume_step > 0 and path.is_file() and path.read_text().strip():
-        return path.read_text().strip()
+    recorded = path.read_text().strip() if resume_step > 0 and path.is_file() else ""
+    if recorded:
+        return recorded
     run_id = str(generate())
     atomic_write_text(path, run_id + "\n")
     return run_id
