@@ -40,13 +40,14 @@ def analyse(
                 shared_base=s.presets[0],
                 depths=list(depths or s.depths),  # the sweep may hold runs at depths or presets the study file
                 presets=list(s.presets),  # no longer lists (study.sweep keeps them): not analysed
+                fractions="all",  # a study's runs record exactly its eval_at, every one analysed
                 fit_window=s.fit_window,
                 seed_model=s.seed_model,
                 n_boot=s.bootstrap,
                 goals=s.goals or None,
                 goal_context=goal_context,
             )  # the same call as `python -m eval transfer SWEEP --shared-base P --depths ... --presets ...
-            # --fit-window W --seed-model M --bootstrap B --goals ...`; the planner's sequential phase analyses with the same settings
+            # --fractions all --fit-window W --seed-model M --bootstrap B --goals ...`; the planner's sequential phase analyses with the same settings
     except (ResultsError, AnalysisInputError) as exc:
         raise LaunchError(f"eval transfer: {exc}") from None
     failed = " (a figure failed: see eval.log)" if outputs.figure_failed else ""

@@ -34,7 +34,7 @@ def base_config(s: Study, manifest_dir: Path) -> dict[str, Any]:
         "optimizer": {"name": "adamw", "lr": 2.0 ** s.base_lrs_log2[0], "min_lr_ratio": 0.1, "weight_decay": 0.0},
         "scheduler": {"decay_style": "cosine", "warmup_steps": s.warmup},
         "training": {"steps": s.steps, "micro_batch_size": s.micro_batch or s.batch, "global_batch_size": s.batch},
-        "eval": {"at": [0.5, 1.0], "batches": s.eval_batches},
+        "eval": {"at": list(s.eval_at), "batches": s.eval_batches},
         "data": {"manifest": str(manifest_dir)},
         "run": {"dir": "unused", "seed": 0},
         "checkpoint": {"final": False, "interval": s.checkpoint_interval or max(50, s.steps // 4)},

@@ -200,8 +200,13 @@ class Planner:
                 records.append({**values, "status": status, "step": "", "fraction": fraction, "val_loss": loss})
         sweep = results_from_records("<study planner>", records, self.s.variant_keys())
         sweep = share_base_depth(sweep, self.s.presets[0])
-        return analyze(
-            sweep, window=self.s.fit_window, n_boot=self.s.bootstrap, boot_seed=0, seed_model=self.s.seed_model
+        return analyze(  # "all": a study's runs record exactly its eval_at
+            sweep,
+            fractions="all",
+            window=self.s.fit_window,
+            n_boot=self.s.bootstrap,
+            boot_seed=0,
+            seed_model=self.s.seed_model,
         )
 
     # ---------------------------------------------------------------- phases 1-3

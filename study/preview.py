@@ -79,8 +79,8 @@ def plan_lines(s: Study) -> list[str]:
     points = fixed_design(s)
     lines = [
         f"study {s.name}: presets {', '.join(s.presets)}; depths {list(s.depths)} (L0 = {s.depths[0]}); "
-        f"width {s.hidden_size}, sequence {s.seq_length}, batch {s.batch}, {s.steps} steps; "
-        f"corpus {s.corpus}",
+        f"width {s.hidden_size}, sequence {s.seq_length}, batch {s.batch}, {s.steps} steps, evaluated at "
+        f"{', '.join(f'{f:g}' for f in s.eval_at)} of training; corpus {s.corpus}",
         f"fixed design (scan, refine, seeds) on a planted answer: {len(points)} runs (the scan alone: "
         f"{scan_runs(s)} per variant); an optimum on the edge of the LRs tried adds LRs and their seeds",
     ]

@@ -85,6 +85,10 @@ class Study:
     # optional: a run at depth L costs about L + this many layers' worth of time (start-up, data,
     # embedding); the sequential phase weighs where to add seeds by it (docs/study_design.md)
     run_overhead_layers: float = 2.0
+    # optional: the fractions of training at which every run evaluates (eval.at), ascending, the
+    # last 1.0 (the end loss the planner walks on); each is analysed, and each goal is checked at
+    # each of them, so more points cost sequential-phase runs, never scan runs
+    eval_at: tuple[float, ...] = (0.5, 1.0)
 
     @property
     def run_budget(self) -> int:
@@ -97,7 +101,7 @@ class Study:
         return sorted({k for overrides in self.variants.values() for k in overrides})
 
 
-_TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float}
+_TUPLES = {"depths": int, "presets": str, "base_lrs_log2": float, "eval_at": float}
 OPTIONAL = (
     "variants",
     "diagnostics_interval",
@@ -108,6 +112,7 @@ OPTIONAL = (
     "seed_step",
     "bootstrap",
     "run_overhead_layers",
+    "eval_at",
 )
 GPU_OPTIONAL = ("device", "precision", "corpus", "micro_batch", "runs_per_gpu", "checkpoint_interval")
 DEVICES = ("cpu", "cuda")
@@ -312,6 +317,7 @@ def _check(path: Path, s: Study) -> None:
         if getattr(s, key) < 1:
             raise LaunchError(f"{path}: {key}: must be >= 1, got {getattr(s, key)}")
     _check_lr_grid(path, s)
+    _check_eval_at(path, s)
     if s.seed_model not in SEED_MODELS:
         raise LaunchError(f"{path}: seed_model: must be one of {list(SEED_MODELS)}, got {s.seed_model!r}")
     if s.base_seeds < 0:
@@ -375,6 +381,25 @@ def _check_lr_grid(path: Path, s: Study) -> None:
                 f"fit_window {s.fit_window} needs: every optimum there would be a grid point (a bound, not an "
                 f"estimate); give more LRs, max_widen or refine_log2, or a smaller fit_window"
             )
+
+
+def _check_eval_at(path: Path, s: Study) -> None:
+    """Points the analysis can tell apart: each a distinct step of the run (the trainer evaluates
+    at step round(f * steps) and keeps one fraction per step), and the end, whose loss the
+    planner walks on."""
+    at = s.eval_at
+    if any(not 0.0 < f <= 1.0 for f in at) or list(at) != sorted(set(at)):
+        raise LaunchError(f"{path}: eval_at: fractions must be in (0, 1] and strictly increasing, got {list(at)}")
+    if at[-1] != 1.0:
+        raise LaunchError(
+            f"{path}: eval_at: must end with 1.0 (the end of training, whose loss the planner walks on), got {list(at)}"
+        )
+    steps = [max(1, round(f * s.steps)) for f in at]
+    if len(set(steps)) != len(steps):
+        raise LaunchError(
+            f"{path}: eval_at: {list(at)} of steps={s.steps} fall on steps {steps}; two fractions on one step "
+            "are one evaluation: give fractions at least one step apart"
+        )
 
 
 def _check_gpu_keys(path: Path, s: Study) -> None:

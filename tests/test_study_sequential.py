@@ -279,3 +279,59 @@ def test_launch_sweep_refuses_a_studys_spec_and_leaves_its_plan_alone(tmp_path, 
     write_plan(tmp_path / "sweep", expand(plain, load_spec(plain)))
     with pytest.raises(LaunchError, match="matches no variant of study 'demo_quick'"):
         AdaptiveSweep(tmp_path / "sweep", spec, s, workers=2)
+
+
+def test_eval_at_points_are_recorded_analysed_and_each_held_to_the_goals():
+    """Study key ``eval_at: [0.25, 0.5, 1.0]``: every run config evaluates there, the planner's
+    analysis (the report's call) analyses all three, and each goal is checked at each: 2 goals x
+    2 presets x 3 fractions = 12 checks. The planted optimum at f=0.25 sits 1 octave above the
+    end's (-7 at L0), and the analysis finds it there."""
+    from study.data import base_config
+    from study.planner import DIVERGED, Finished, Planner
+
+    s = _study(eval_at=(0.25, 0.5, 1.0), goals={"slope_ci_halfwidth": 0.3, "deepest_opt_ci_width": 2.0},
+               budget_runs=300, bootstrap=100)  # fmt: skip
+    assert base_config(s, Path("data"))["eval"]["at"] == [0.25, 0.5, 1.0]
+
+    def outcome(p):
+        rng = np.random.default_rng(zlib.crc32(repr(p).encode()))
+        x_end = -7.0 - SLOPE[p.preset] * math.log2(p.depth / 2)
+        if p.log2_lr - x_end > 2.5:
+            return DIVERGED
+        losses = []
+        for f, shift in ((0.25, 1.0), (0.5, 0.5), (1.0, 0.0)):
+            x = x_end + shift
+            losses.append((f, 4.0 + 1.0 / f + 0.1 * (p.log2_lr - x) ** 2 + 0.01 * rng.standard_normal()))
+        return Finished(tuple(losses))
+
+    planner, results = Planner(s), {}
+    while batch := planner.next_points(results):
+        results.update({p: outcome(p) for p in batch})
+        assert len(results) <= s.budget_runs
+    stop = planner.stop(results)
+    assert stop.reason == "goals_met", stop
+    assert sorted({c["fraction"] for c in stop.checks}) == [0.25, 0.5, 1.0] and len(stop.checks) == 12
+    analysis = planner.analysis(results)
+    assert analysis.fractions == [0.25, 0.5, 1.0]
+    base = next(d for r in analysis.results if r.fraction == 0.25 and r.family.preset == "sp" for d in r.depths
+                if d.depth == 2)  # fmt: skip
+    assert abs(base.optimum.log2_lr - (-6.0)) < 0.2, base.optimum
+
+
+@pytest.mark.parametrize(
+    "eval_at, message",
+    [
+        ([0.5], "must end with 1.0"),
+        ([1.0, 0.5], "strictly increasing"),
+        ([0.0, 1.0], "in (0, 1]"),
+        ([0.01, 0.02, 1.0], "fall on steps [1, 1, 30]"),  # quick.yaml trains 30 steps
+    ],
+)
+def test_eval_at_refuses_points_the_study_cannot_use(tmp_path, eval_at, message):
+    from launch.errors import LaunchError
+
+    study = tmp_path / "mine.yaml"
+    study.write_text((Path(__file__).parents[1] / "configs/studies/quick.yaml").read_text() + f"eval_at: {eval_at}\n")
+    with pytest.raises(LaunchError, match=r"mine\.yaml: eval_at: ") as info:
+        load_study(str(study))
+    assert message in str(info.value)
