@@ -146,3 +146,57 @@ def test_no_module_compares_a_status_against_a_literal_exit_code():
             ):
                 bad.append(f"{Path(path).relative_to(REPO)}:{node.lineno}")
     assert not bad, bad
+
+
+def _owned_names() -> dict[str, str]:
+    """File and folder names of the run and sweep directories -> the constant that owns each."""
+    from launch import sweep_dir, sweep_plan
+    from rundir import contract, files
+
+    owned = {files.LATEST: "rundir.files.LATEST"}
+    for module in (contract, files, sweep_plan, sweep_dir):  # each imports its names from those before it
+        for name, value in vars(module).items():
+            if name.endswith(("_FILE", "_DIR", "_SNAPSHOT")) and isinstance(value, str):
+                owned.setdefault(value, f"{module.__name__}.{name}")
+    return owned
+
+
+# Same spelling, another file: data_prep's work folder has a lock of its own (not the run lock).
+OTHER_FILES = {("data_prep/pipeline.py", ".lock")}
+
+
+def _spelled_out(source: str, owned: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, name) where a path is joined with a literal owned name (``run_dir / "config.yaml"``),
+    or a second constant is given an owned name (``RESULTS_FILE = "results.csv"``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            sides = (node.left, node.right)
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            sides = (node.value,)
+        else:
+            continue
+        found += [(node.lineno, s.value) for s in sides if isinstance(s, ast.Constant) and s.value in owned]
+    return sorted(found)
+
+
+def test_the_name_check_sees_joins_and_second_constants():
+    owned = {"config.yaml": "rundir.files.CONFIG_FILE", "runs": "rundir.contract.RUNS_DIR"}
+    source = 'a = run_dir / "config.yaml"\nRUNS = "runs"\nb = f"{d / CONFIG_FILE}"\nc = {"runs": 1}\n'
+    assert _spelled_out(source, owned) == [(1, "config.yaml"), (2, "runs")]
+
+
+def test_run_and_sweep_file_names_are_spelled_by_their_owner_only():
+    """`run_dir / "config.yaml"`, `sweep_dir / "runs"` or a second `RESULTS_FILE = "results.csv"`
+    outside the module that owns the name: a second owner, which a renamed file would miss."""
+    owned = _owned_names()
+    bad = []
+    for path in sorted(REPO.glob("[!.]*/**/*.py")) + [REPO / "train_gpt.py"]:
+        rel = str(path.relative_to(REPO))
+        if rel.split("/")[0] in ("tests", "benchmarks"):
+            continue
+        for line, name in _spelled_out(path.read_text(), owned):
+            owner = owned[name].rsplit(".", 1)[0].replace(".", "/") + ".py"
+            if rel != owner and (rel, name) not in OTHER_FILES:
+                bad.append(f"{rel}:{line} spells {name!r}: use {owned[name]}")
+    assert not bad, "\n".join(bad)
