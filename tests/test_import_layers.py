@@ -158,6 +158,38 @@ MOVED = {
 MOVED_NAMES = {"runconfig.atomic_write_text": "jobscripts.atomic", "runconfig.atomic_write_bytes": "jobscripts.atomic"}
 
 
+def _named_modules(text: str) -> set[str]:
+    """Modules docs/architecture.md names: `pkg/mod.py` or `pkg.mod` anywhere; `mod.py` (or a bare name in
+    a list after `pkg/first.py`, as "`data_prep/readers.py`, `extract.py`") in a package row."""
+    named = set(re.findall(r"`([a-z_]+/[a-z_0-9]+\.py)`", text))
+    named |= {f"{pkg}/{mod}.py" for pkg, mod in re.findall(r"`([a-z_]+)\.([a-z_0-9]+)[`.]", text) if pkg in ALLOWED}
+    for line in text.splitlines():
+        row = re.match(r"\| `([a-z_]+)/` \|", line)
+        pkg = row.group(1) if row else None
+        if pkg is None:
+            first = re.search(r"`([a-z_]+)/[a-z_0-9]+\.py`", line)
+            pkg = first.group(1) if first else None
+        if pkg is not None:
+            named |= {f"{pkg}/{m}" for m in re.findall(r"`([a-z_0-9]+\.py)`", line)}
+    return named
+
+
+def test_every_module_is_named_in_the_architecture_doc():
+    """A new module gets a line in docs/architecture.md (its package's row or "The other modules")."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    named = _named_modules(text)
+    modules = {
+        str(p.relative_to(REPO))
+        for package in PACKAGES
+        for p in (REPO / package).glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(REPO)) not in DEPRECATED_ALIASES
+    }
+    assert sorted(modules - named) == []
+    files = set(re.findall(r"`([a-z_]+/[a-z_0-9]+\.py)`", text))  # named as files: they must exist
+    gone = {n for n in files if n.split("/")[0] in ALLOWED and not (REPO / n).is_file()}
+    assert sorted(gone) == []
+
+
 def test_every_alias_file_is_listed_here():
     assert {m.replace(".", "/") + ".py" for m in [*MOVED, "launch.demo"]} == DEPRECATED_ALIASES
 
