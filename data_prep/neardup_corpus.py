@@ -15,6 +15,7 @@ Deterministic for a seed; ``python -m data_prep.neardup_corpus OUT.jsonl`` write
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -213,11 +214,14 @@ def _wrap(body: str, site: tuple[str, str]) -> str:
 
 
 def main(argv: list[str]) -> ExitCode:
-    if len(argv) != 1:
-        print("usage: python -m data_prep.neardup_corpus OUT.jsonl", file=sys.stderr)
-        return ExitCode.USAGE
+    parser = argparse.ArgumentParser(
+        prog="python -m data_prep.neardup_corpus",
+        description="Write the planted near-duplicate corpus (the default CorpusSettings) as JSONL: text, cluster",
+    )
+    parser.add_argument("out", metavar="OUT.jsonl", help="the JSONL file to write")
+    args = parser.parse_args(argv)  # -h exits 0, a bad option 2: neither writes a file named after it
     corpus = generate()
-    with open(argv[0], "w") as fh:
+    with open(args.out, "w") as fh:
         for text, cluster in zip(corpus.texts, corpus.cluster.tolist()):
             fh.write(json.dumps({"text": text, "cluster": cluster}) + "\n")
     return ExitCode.OK

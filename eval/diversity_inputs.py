@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
+from rundir.files import CONFIG_FILE
 
 if TYPE_CHECKING:
     import torch
@@ -85,7 +86,7 @@ def valid_tokens(cfg: RunConfig, run_dir: Path, batch_size: int, seq_length: int
     try:
         data = build_datasets(cfg, cfg.index_cache_dir(run_dir))
     except (ValueError, OSError) as exc:
-        raise InputError(f"--data valid: cannot build the validation data of {run_dir / 'config.yaml'}: {exc}") from exc
+        raise InputError(f"--data valid: cannot build the validation data of {run_dir / CONFIG_FILE}: {exc}") from exc
     if len(data.valid) < batch_size:
         raise InputError(f"--batch-size: the validation split has only {len(data.valid)} sequences")
     return collate(data.valid, range(batch_size))["tokens"][:, :seq_length]

@@ -17,6 +17,7 @@ from typing import Optional
 import pandas as pd
 
 from jobscripts.atomic import atomic_write_text
+from rundir.contract import RUNS_DIR
 from rundir.files import LM_EVAL_FILE
 
 KEYS = ["preset", "depth", "lr", "seed"]
@@ -26,7 +27,7 @@ def read_scores(sweep_dir: Path, run_ids: list[str]) -> pd.DataFrame:
     """One row per run with scores: run_id and a ``task/metric`` column per score."""
     rows = []
     for run_id in run_ids:
-        path = sweep_dir / "runs" / run_id / LM_EVAL_FILE
+        path = sweep_dir / RUNS_DIR / run_id / LM_EVAL_FILE
         if not path.is_file():
             continue
         try:

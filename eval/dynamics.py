@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from rundir.contract import RUNS_DIR
 from rundir.files import PARAMETRIZATION_FILE, read_diagnostics, read_summary
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
@@ -108,7 +109,7 @@ def find_runs(paths: list[Path]) -> list[RunDynamics]:
     for path in paths:
         if not path.is_dir():
             raise DynamicsError(f"{path}: not a directory")
-        candidates = sorted((path / "runs").iterdir()) if (path / "runs").is_dir() else [path]
+        candidates = sorted((path / RUNS_DIR).iterdir()) if (path / RUNS_DIR).is_dir() else [path]
         runs += [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
     if not runs:
         raise DynamicsError(

@@ -1,4 +1,4 @@
-"""JSON helpers for the outputs of ``python -m eval``; atomic writes and the non-finite convention come from :mod:`runconfig`.
+"""JSON helpers for the outputs of ``python -m eval``; atomic writes come from :mod:`jobscripts.atomic`, the non-finite convention from :mod:`rundir.files`.
 
 Values the analysis could not compute are ``None`` before they get here (written ``null``).
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rundir.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, TAIL_COLUMNS
+from rundir.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, TAIL_COLUMNS
 from rundir.files import read_summary
 
 # Contract column -> the short name the analysis uses.
@@ -403,7 +403,7 @@ def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, st
     """
     reasons: dict[str, str] = {}
     for run_id in run_ids:
-        summary = read_summary(sweep_dir / "runs" / run_id)
+        summary = read_summary(sweep_dir / RUNS_DIR / run_id)
         if summary is not None and isinstance(summary.reason, str) and summary.reason:
             reasons[run_id] = summary.reason
     return reasons

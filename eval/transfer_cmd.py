@@ -344,7 +344,7 @@ def run(args: argparse.Namespace) -> ExitCode:
     _print_summary(outputs.analysis, Path(args.out), fraction_label)
     if "downstream.md" in outputs.files:
         print(f"downstream scores: {Path(args.out) / 'downstream.md'}")
-    return ExitCode.FAILED if outputs.figure_failed else 0
+    return ExitCode.FAILED if outputs.figure_failed else ExitCode.OK
 
 
 def _figure_builders(analysis: TransferAnalysis) -> list[tuple[str, Callable[[], list[tuple[str, str, Figure]]]]]:

@@ -24,7 +24,7 @@ from jobscripts import squeue
 from jobscripts.atomic import atomic_write_text
 from launch import attempts
 from launch.run_state import STATUSES, RunState, run_state
-from launch.sweep_dir import RESULTS_FILE, orphan_run_dirs, run_dir
+from launch.sweep_dir import orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from runconfig import flatten
 from rundir.contract import (
@@ -32,6 +32,7 @@ from rundir.contract import (
     CONFIG_FILE,
     EVAL_AT_KEY,
     RESULT_STATUSES,
+    RESULTS_FILE,
     STEPS_KEY,
     TAIL_COLUMNS,
     ExitCode,

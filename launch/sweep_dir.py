@@ -13,10 +13,10 @@ import yaml
 
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
-from launch.sweep_plan import BASE_SNAPSHOT, RUNS_DIR, SweepPlan
+from launch.sweep_plan import BASE_SNAPSHOT, SweepPlan
+from rundir.contract import RUNS_DIR
 
 SWEEP_FILE = "sweep.yaml"
-RESULTS_FILE = "results.csv"
 
 
 def run_dir(sweep_dir: Path, run_id: str) -> Path:

@@ -14,8 +14,8 @@ from typing import Any
 
 from launch.commands import TrainInvocation, format_override
 from launch.errors import LaunchError
+from rundir.contract import RUNS_DIR
 
-RUNS_DIR = "runs"
 BASE_SNAPSHOT = "base_config.yaml"
 
 

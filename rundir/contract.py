@@ -76,7 +76,9 @@ EXIT_OF_STATUS: dict[Status, ExitCode] = {
 }
 SUMMARY_STATUSES: tuple[Status, ...] = tuple(EXIT_OF_STATUS)
 
-# Sweep directory: results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), TAIL_COLUMNS.
+# Sweep directory: RUNS_DIR/<run id>/ holds each run directory (launch writes, eval reads them);
+# results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), TAIL_COLUMNS.
+RUNS_DIR = "runs"
 RESULTS_FILE = "results.csv"
 CANONICAL_KEYS: tuple[str, ...] = (
     "parametrization.preset",

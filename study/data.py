@@ -16,6 +16,7 @@ from typing import Any, Optional
 from data_prep.manifest import MANIFEST_FILE, Manifest, read_manifest
 from data_prep.tokenizer import file_sha256
 from jobscripts.atomic import atomic_write_text
+from rundir.contract import RUNS_DIR
 from study.corpus import DEFAULT_CORPUS, CorpusError, corpus_jsonl, is_registry
 from study.log import log as _log
 from study.spec import Study
@@ -98,7 +99,7 @@ def _identity(m: Manifest) -> dict[str, Any]:
 
 
 def _has_runs(out: Path) -> bool:
-    runs = out / "sweep" / "runs"
+    runs = out / "sweep" / RUNS_DIR
     return runs.is_dir() and any(runs.iterdir())
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
+from launch.sweep_dir import SWEEP_FILE
 from rundir.files import RunSummary, read_summary
 from study.log import log as _log
 from study.planner import DIVERGED, PENDING, Finished, Outcome, Planner, Point, key
@@ -57,7 +58,7 @@ class AdaptiveSweep:
         self.planner = Planner(s, self.variant_values)
         self.plan = None
         self.points: dict[Point, str] = {}  # point -> run id
-        if (sweep_dir / "sweep.yaml").is_file():
+        if (sweep_dir / SWEEP_FILE).is_file():
             self.plan = read_plan(sweep_dir)
             # how and where runs start changes no result: take them from this invocation's spec
             base = (spec_path.parent / self.spec.base_config).resolve()  # as launch.sweep_spec.expand records it
@@ -120,7 +121,7 @@ class AdaptiveSweep:
         )
         if variant is None or not {"parametrization.preset", "model.num_layers", "optimizer.lr"} <= set(values):
             raise LaunchError(
-                f"{self.sweep_dir / 'sweep.yaml'}: run {values} matches no variant of study {self.s.name!r} "
+                f"{self.sweep_dir / SWEEP_FILE}: run {values} matches no variant of study {self.s.name!r} "
                 f"({self.variant_values}); was the sweep directory made by another study?"
             )
         return Point(

@@ -87,3 +87,79 @@ def test_testdata_help_fetches_nothing(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         testdata.main(["--bogus"])
     assert exc.value.code == 2
+
+
+# Every command line of the toolkit: (module whose main() takes argv, subcommand, usage prefix).
+COMMANDS = [
+    *[("launch.__main__", [sub], f"python -m launch {sub}") for sub in ("job", "sweep", "run", "status", "demo")],
+    *[
+        ("eval.__main__", [sub], f"python -m eval {sub}")
+        for sub in ("transfer", "coord-check", "diversity", "dynamics", "lm-eval")
+    ],
+    ("launch.__main__", [], "python -m launch"),
+    ("eval.__main__", [], "python -m eval"),
+    ("data_prep.__main__", [], "python -m data_prep"),
+    ("train_gpt", [], "train_gpt.py"),
+    ("training.show", [], "python -m training.show"),
+    ("training.export_hf", [], "python -m training.export_hf"),
+    ("data_prep.costs", [], "python -m data_prep.costs"),
+    ("data_prep.registry_corpora", [], "python -m data_prep.registry_corpora"),
+    ("data_prep.neardup_corpus", [], "python -m data_prep.neardup_corpus"),
+    ("jobscripts.requeue", [], "python -m jobscripts.requeue"),
+]
+
+
+def _exit_code(call) -> int:
+    try:
+        code = call()
+    except SystemExit as exc:
+        code = exc.code
+    return int(code or 0)
+
+
+@pytest.mark.parametrize("module,sub,usage", COMMANDS, ids=[" ".join([m, *s]) for m, s, _ in COMMANDS])
+def test_help_exits_0_and_a_bad_option_2_writing_nothing(module, sub, usage, tmp_path, monkeypatch, capsys):
+    """`python -m data_prep.neardup_corpus --help` wrote its 5.7 MB corpus to a file named
+    `--help` and exited 0 (its main took any one argument as the output path)."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(lambda: main([*sub, "--help"])) == 0
+    assert capsys.readouterr().out.startswith(f"usage: {usage} [-h]")
+    assert _exit_code(lambda: main([*sub, "--no-such-option", "x"])) == 2
+    assert "error:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+MISSING_FILE, MISSING_DIR = "/nonexistent/x.yaml", "/nonexistent/dir"
+MISSING_INPUT = [
+    ("launch.__main__", ["job", "--config", MISSING_FILE, "--dry-run"], MISSING_FILE),
+    ("launch.__main__", ["sweep", MISSING_FILE, "--dry-run"], MISSING_FILE),
+    ("launch.__main__", ["run", MISSING_DIR], MISSING_DIR),
+    ("launch.__main__", ["status", MISSING_DIR], MISSING_DIR),
+    ("launch.__main__", ["demo", "--study", "nope", "--plan"], "--study nope"),
+    ("eval.__main__", ["transfer", MISSING_DIR, "--out", "o"], MISSING_DIR),
+    ("eval.__main__", ["coord-check", "--config", MISSING_FILE], MISSING_FILE),
+    ("eval.__main__", ["diversity", "--config", MISSING_FILE], MISSING_FILE),
+    ("eval.__main__", ["dynamics", MISSING_DIR, "--out", "o"], MISSING_DIR),
+    ("eval.__main__", ["lm-eval", MISSING_DIR, "--tasks", "x"], MISSING_DIR),
+    ("data_prep.__main__", ["--config", MISSING_FILE], MISSING_FILE),
+    ("train_gpt", ["--config", MISSING_FILE], MISSING_FILE),
+    ("training.show", ["--config", MISSING_FILE], MISSING_FILE),
+    ("training.export_hf", [MISSING_DIR, "--out", "o"], MISSING_DIR),
+    ("data_prep.costs", ["/nonexistent/m.json", "--scale", "2"], "/nonexistent/m.json"),
+    ("data_prep.registry_corpora", ["nope"], "'nope'"),
+]
+
+
+@pytest.mark.parametrize("module,argv,named", MISSING_INPUT, ids=[" ".join([m, *a[:1]]) for m, a, _ in MISSING_INPUT])
+def test_a_missing_input_exits_2_naming_it(module, argv, named, tmp_path, monkeypatch, capsys):
+    """Bad input is exit 2 (rundir.contract.ExitCode.USAGE) with a message naming the path or
+    flag, on every command, and nothing is written."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(lambda: importlib.import_module(module).main(argv)) == 2
+    assert named in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

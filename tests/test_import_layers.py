@@ -11,6 +11,8 @@ of moved modules (``DEPRECATED_ALIASES``) point wherever their module went.
 from __future__ import annotations
 
 import ast
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -139,26 +141,98 @@ def test_every_package_is_mapped():
     assert names == set(PACKAGES)
 
 
-@pytest.mark.parametrize("old,new", [
-    ("runconfig.atomic", "jobscripts.atomic"),
-    ("runconfig.run_dir", "rundir.files"),
-    ("runconfig.contract", "rundir.contract"),
-    ("launch.planner", "study.planner"),
-    ("launch.study", "study.spec"),
-])  # fmt: skip
-def test_moved_modules_warn_and_alias_their_new_home(old, new):
+# Each deprecated alias -> where it went (launch.demo gathers three modules of the study package).
+MOVED = {
+    "runconfig.atomic": "jobscripts.atomic",
+    "runconfig.attempts": "rundir.attempts",
+    "runconfig.contract": "rundir.contract",
+    "runconfig.run_dir": "rundir.files",
+    "runconfig.sbatch": "jobscripts.sbatch",
+    "runconfig.scripts": "jobscripts.scripts",
+    "runconfig.shell": "jobscripts.shell",
+    "launch.contract": "rundir.contract",
+    "launch.demo_corpus": "data_prep.registry_corpora",
+    "launch.planner": "study.planner",
+    "launch.study": "study.spec",
+}
+MOVED_NAMES = {"runconfig.atomic_write_text": "jobscripts.atomic", "runconfig.atomic_write_bytes": "jobscripts.atomic"}
+
+
+def _named_modules(text: str) -> set[str]:
+    """Modules docs/architecture.md names: `pkg/mod.py` or `pkg.mod` anywhere; `mod.py` (or a bare name in
+    a list after `pkg/first.py`, as "`data_prep/readers.py`, `extract.py`") in a package row."""
+    named = set(re.findall(r"`([a-z_]+/[a-z_0-9]+\.py)`", text))
+    named |= {f"{pkg}/{mod}.py" for pkg, mod in re.findall(r"`([a-z_]+)\.([a-z_0-9]+)[`.]", text) if pkg in ALLOWED}
+    for line in text.splitlines():
+        row = re.match(r"\| `([a-z_]+)/` \|", line)
+        pkg = row.group(1) if row else None
+        if pkg is None:
+            first = re.search(r"`([a-z_]+)/[a-z_0-9]+\.py`", line)
+            pkg = first.group(1) if first else None
+        if pkg is not None:
+            named |= {f"{pkg}/{m}" for m in re.findall(r"`([a-z_0-9]+\.py)`", line)}
+    return named
+
+
+def test_every_module_is_named_in_the_architecture_doc():
+    """A new module gets a line in docs/architecture.md (its package's row or "The other modules")."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    named = _named_modules(text)
+    modules = {
+        str(p.relative_to(REPO))
+        for package in PACKAGES
+        for p in (REPO / package).glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(REPO)) not in DEPRECATED_ALIASES
+    }
+    assert sorted(modules - named) == []
+    files = set(re.findall(r"`([a-z_]+/[a-z_0-9]+\.py)`", text))  # named as files: they must exist
+    gone = {n for n in files if n.split("/")[0] in ALLOWED and not (REPO / n).is_file()}
+    assert sorted(gone) == []
+
+
+def test_every_alias_file_is_listed_here():
+    assert {m.replace(".", "/") + ".py" for m in [*MOVED, "launch.demo"]} == DEPRECATED_ALIASES
+
+
+def test_moved_modules_warn_and_alias_their_new_home():
+    """Each alias is its new module (launch.demo: study.cli's main, study.demo's run_demo) and
+    warns naming the new home; so do runconfig's moved names."""
     code = (
-        "import importlib, warnings\n"
-        "with warnings.catch_warnings(record=True) as w:\n"
-        "    warnings.simplefilter('always')\n"
-        f"    old = importlib.import_module({old!r})\n"
-        f"new = importlib.import_module({new!r})\n"
-        "print(old is new, [str(x.message) for x in w if x.category is DeprecationWarning])"
+        "import importlib, json, warnings\n"
+        f"moved, names = {MOVED!r}, {MOVED_NAMES!r}\n"
+        "out = {}\n"
+        "def caught(load):\n"
+        "    with warnings.catch_warnings(record=True) as w:\n"
+        "        warnings.simplefilter('always')\n"
+        "        value = load()\n"
+        "    return value, [str(x.message) for x in w if x.category is DeprecationWarning]\n"
+        "for old, new in moved.items():\n"
+        "    mod, msgs = caught(lambda: importlib.import_module(old))\n"
+        "    out[old] = [mod is importlib.import_module(new), msgs]\n"
+        "demo, msgs = caught(lambda: importlib.import_module('launch.demo'))\n"
+        "import study.cli, study.demo\n"
+        "out['launch.demo'] = [demo.main is study.cli.main and demo.run_demo is study.demo.run_demo, msgs]\n"
+        "import runconfig\n"
+        "for old, new in names.items():\n"
+        "    value, msgs = caught(lambda: getattr(runconfig, old.split('.')[1]))\n"
+        "    out[old] = [value is getattr(importlib.import_module(new), old.split('.')[1]), msgs]\n"
+        "print(json.dumps(out))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env(), cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("True ["), out.stdout
-    assert f"{old} moved to {new}" in out.stdout
+    got = json.loads(out.stdout)
+    for old, new in {**MOVED, **MOVED_NAMES, "launch.demo": "the study package"}.items():
+        same, messages = got[old]
+        assert same, f"{old} is not {new}'s"
+        assert any(f"{old} moved to {new}" in m for m in messages), (old, messages)
+
+
+def test_the_architecture_doc_lists_exactly_the_aliases():
+    """docs/architecture.md's "Modules that moved keep a deprecated alias" sentence names each one."""
+    text = " ".join((REPO / "docs" / "architecture.md").read_text().split())
+    sentence = text.split("Modules that moved keep a deprecated alias", 1)[1].split("importing one warns", 1)[0]
+    listed = set(re.findall(r"`([a-z_.]+)`", sentence))
+    assert listed == {*MOVED, "launch.demo", *MOVED_NAMES}
 
 
 def test_nothing_imports_a_deprecated_alias():

@@ -58,18 +58,69 @@ ENTRY_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("path", ENTRY_POINTS)
+def _command_modules() -> list[str]:
+    """ENTRY_POINTS, every eval subcommand and every module with a ``__main__`` block; not
+    ``jobscripts`` (the standard library only: it cannot import rundir.contract) nor the
+    deprecated aliases."""
+    from eval.__main__ import SUBCOMMANDS
+
+    found = set(ENTRY_POINTS) | {name.replace(".", "/") + ".py" for name in SUBCOMMANDS.values()}
+    for path in REPO.glob("[!.]*/**/*.py"):
+        rel = str(path.relative_to(REPO))
+        if rel.split("/")[0] in ("tests", "benchmarks", "jobscripts") or "lm_eval_tasks" in rel:
+            continue
+        if 'if __name__ == "__main__"' in path.read_text():
+            found.add(rel)
+    return sorted(found)
+
+
+def _literal_exit_codes(source: str) -> list[int]:
+    """Lines where a command's function (``main``, ``run`` or one declared ``-> ExitCode``)
+    returns or exits with an int literal, also inside ``a if c else 1`` / ``a or 2``."""
+
+    def ints(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.IfExp):
+            return ints(node.body) or ints(node.orelse)
+        if isinstance(node, ast.BoolOp):
+            return any(ints(v) for v in node.values)
+        return isinstance(node, ast.Constant) and type(node.value) is int
+
+    lines = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if fn.name not in ("main", "run") and not (fn.returns is not None and "ExitCode" in ast.unparse(fn.returns)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Return) and ints(node.value):
+                lines.append(node.lineno)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "SystemExit", "exit"):
+                if node.args and ints(node.args[0]):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_literal_check_sees_every_form():
+    source = (
+        "def main(a) -> int:\n    if a:\n        return 2\n    sys.exit(0 if a else 1)\n\n"
+        "def verdict(ok) -> ExitCode:\n    return ExitCode.OK if ok else 1\n\n"
+        "def helper(x) -> int:\n    return 0\n\n"
+        "def run(args) -> ExitCode:\n    return ExitCode.OK\n"
+    )
+    assert _literal_exit_codes(source) == [3, 4, 7]
+
+
+def test_every_command_module_is_checked():
+    modules = _command_modules()
+    assert set(ENTRY_POINTS) <= set(modules)
+    assert {"eval/coord_check.py", "eval/lm_eval_cmd.py", "data_prep/registry_corpora.py"} <= set(modules)
+
+
+@pytest.mark.parametrize("path", _command_modules())
 def test_entry_points_return_exit_codes_not_literals(path):
-    """`return 2` / `sys.exit(75)`: every code an entry point returns is an ExitCode member."""
-    tree = ast.parse((REPO / path).read_text())
-    literals = [
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Return)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, int)
-        and not isinstance(node.value.value, bool)
-    ]
+    """`return 2`, `return ExitCode.OK if ok else 1`, `sys.exit(75)`: every code a command
+    returns is an ExitCode member."""
+    literals = _literal_exit_codes((REPO / path).read_text())
     assert not literals, f"{path}: literal exit codes at lines {literals}"
 
 
@@ -95,3 +146,57 @@ def test_no_module_compares_a_status_against_a_literal_exit_code():
             ):
                 bad.append(f"{Path(path).relative_to(REPO)}:{node.lineno}")
     assert not bad, bad
+
+
+def _owned_names() -> dict[str, str]:
+    """File and folder names of the run and sweep directories -> the constant that owns each."""
+    from launch import sweep_dir, sweep_plan
+    from rundir import contract, files
+
+    owned = {files.LATEST: "rundir.files.LATEST"}
+    for module in (contract, files, sweep_plan, sweep_dir):  # each imports its names from those before it
+        for name, value in vars(module).items():
+            if name.endswith(("_FILE", "_DIR", "_SNAPSHOT")) and isinstance(value, str):
+                owned.setdefault(value, f"{module.__name__}.{name}")
+    return owned
+
+
+# Same spelling, another file: data_prep's work folder has a lock of its own (not the run lock).
+OTHER_FILES = {("data_prep/pipeline.py", ".lock")}
+
+
+def _spelled_out(source: str, owned: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, name) where a path is joined with a literal owned name (``run_dir / "config.yaml"``),
+    or a second constant is given an owned name (``RESULTS_FILE = "results.csv"``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            sides = (node.left, node.right)
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            sides = (node.value,)
+        else:
+            continue
+        found += [(node.lineno, s.value) for s in sides if isinstance(s, ast.Constant) and s.value in owned]
+    return sorted(found)
+
+
+def test_the_name_check_sees_joins_and_second_constants():
+    owned = {"config.yaml": "rundir.files.CONFIG_FILE", "runs": "rundir.contract.RUNS_DIR"}
+    source = 'a = run_dir / "config.yaml"\nRUNS = "runs"\nb = f"{d / CONFIG_FILE}"\nc = {"runs": 1}\n'
+    assert _spelled_out(source, owned) == [(1, "config.yaml"), (2, "runs")]
+
+
+def test_run_and_sweep_file_names_are_spelled_by_their_owner_only():
+    """`run_dir / "config.yaml"`, `sweep_dir / "runs"` or a second `RESULTS_FILE = "results.csv"`
+    outside the module that owns the name: a second owner, which a renamed file would miss."""
+    owned = _owned_names()
+    bad = []
+    for path in sorted(REPO.glob("[!.]*/**/*.py")) + [REPO / "train_gpt.py"]:
+        rel = str(path.relative_to(REPO))
+        if rel.split("/")[0] in ("tests", "benchmarks"):
+            continue
+        for line, name in _spelled_out(path.read_text(), owned):
+            owner = owned[name].rsplit(".", 1)[0].replace(".", "/") + ".py"
+            if rel != owner and (rel, name) not in OTHER_FILES:
+                bad.append(f"{rel}:{line} spells {name!r}: use {owned[name]}")
+    assert not bad, "\n".join(bad)

@@ -34,6 +34,7 @@ from jobscripts.atomic import atomic_write_text
 from rundir.files import (
     CHECKPOINTS_DIR,
     COMMON_FILE,
+    CONFIG_FILE,
     LATEST,
     checkpoint_dir,
     checkpoint_steps,
@@ -296,7 +297,7 @@ def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
-            raise CheckpointError(f"{ckpt.path} does not fit {ckpt.run_dir / 'config.yaml'}: {exc}") from exc
+            raise CheckpointError(f"{ckpt.path} does not fit {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
         return model.float().eval()
     from megatron.core import dist_checkpointing
 
@@ -306,6 +307,6 @@ def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
         model.load_state_dict(state["model"], strict=True)
     except Exception as exc:
         raise CheckpointError(
-            f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / 'config.yaml'}'s model: {type(exc).__name__}: {exc}"
+            f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / CONFIG_FILE}'s model: {type(exc).__name__}: {exc}"
         ) from exc
     return model.float().eval()
