@@ -33,6 +33,7 @@ class Manifest:
     tokenizer_path: Optional[str]
     tokenizer_sha256: Optional[str]
     inputs_sha256: tuple[Optional[str], ...]  # each input file's, in the manifest's order (what a study's runs read)
+    input_paths: tuple[str, ...] = ()  # the input files read, in the manifest's order (as data_prep recorded them)
 
 
 def read_manifest(path: str | Path, key: str = "data.manifest") -> Manifest:
@@ -69,6 +70,7 @@ def read_manifest(path: str | Path, key: str = "data.manifest") -> Manifest:
             tokenizer_path=str(base / tok["path"]) if tok.get("path") else None,
             tokenizer_sha256=tok.get("sha256"),
             inputs_sha256=tuple(i.get("sha256") for i in data.get("inputs", [])),
+            input_paths=tuple(str(i["path"]) for i in data.get("inputs", [])),
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{key}: {path} lacks the key {exc}") from exc

@@ -140,7 +140,10 @@ def _build(out: Path, s: Study, workers: int) -> None:
     if manifest is None and built.is_file():
         # data_prep would rebuild out/data in place at the new vocabulary, under runs that trained
         # on the old one; those runs would then be reported as the new study's
-        vocab = json.loads(built.read_text()).get("tokenizer", {}).get("vocab_size")
+        try:
+            vocab = read_manifest(built, key="corpus").vocab_size
+        except ValueError:  # not a complete manifest (a build cut short): data_prep redoes it
+            vocab = None
         if vocab is not None and vocab != s.vocab_size:
             raise CorpusError(
                 f"{built}: {out} holds a study trained at vocab_size {vocab}, but study {s.name!r} asks for "
@@ -165,7 +168,7 @@ def _build(out: Path, s: Study, workers: int) -> None:
         build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
 
 
-def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
+def carried_manifest(out: Path, s: Study) -> Optional[Manifest]:
     """The manifest of ``out/data`` when it was built on another machine and carried here
     without its corpus (a GPU node that cannot download it: docs/gpu_runs.md), else None.
 
@@ -177,9 +180,12 @@ def carried_manifest(out: Path, s: Study) -> Optional[dict[str, Any]]:
     path = out / "data" / MANIFEST_FILE
     if not path.is_file():
         return None
-    manifest = json.loads(path.read_text())
-    inputs = [Path(p).name for p in manifest.get("config", {}).get("input", {}).get("paths", [])]
-    vocab = manifest.get("tokenizer", {}).get("vocab_size")
+    try:
+        manifest = read_manifest(path, key="corpus")
+    except ValueError as exc:
+        raise CorpusError(str(exc)) from None
+    inputs = [Path(p).name for p in manifest.input_paths]
+    vocab = manifest.vocab_size
     if inputs != [f"{s.corpus}.jsonl"] or vocab != s.vocab_size:
         raise CorpusError(
             f"{path}: built from {inputs} at vocab {vocab}, but study {s.name!r} trains on {s.corpus!r} at vocab "

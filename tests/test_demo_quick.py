@@ -400,7 +400,12 @@ def test_a_vocab_size_changed_between_two_parts_of_a_study_is_refused(tmp_path, 
     (out / "corpus.name").write_text("kjv\n")
     (out / "corpus").mkdir()
     (out / "corpus" / "kjv.jsonl").write_text('{"text": "In the beginning"}\n')  # built here, not carried
-    (out / "data" / "manifest.json").write_text(json.dumps({"tokenizer": {"vocab_size": 512}}))
+    manifest = {
+        "tokenizer": {"vocab_size": 512, "eod_id": 0},
+        "train": {"prefixes": ["t"]},
+        "valid": {"prefixes": ["v"]},
+    }
+    (out / "data" / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(study.data, "corpus_jsonl", lambda *a: tmp_path / "corpus.jsonl")
     monkeypatch.setattr(data_prep.api, "build_from_texts", build)
     quick = load_study("quick")

@@ -130,7 +130,7 @@ def test_bf16_on_cpu_is_refused(tmp_path):
 
 def _manifest(out: Path, corpus: str, vocab: int) -> None:
     (out / "data").mkdir(parents=True)
-    manifest = {"config": {"input": {"paths": [f"/elsewhere/corpus/{corpus}.jsonl"]}},
+    manifest = {"inputs": [{"path": f"/elsewhere/corpus/{corpus}.jsonl", "sha256": "0" * 64}],
                 "tokenizer": {"vocab_size": vocab, "eod_id": 0}, "train": {"prefixes": ["train"], "tokens": 5, "documents": 2},
                 "valid": {"prefixes": ["valid"], "tokens": 1, "documents": 1}}  # fmt: skip
     (out / "data" / "manifest.json").write_text(json.dumps(manifest))
@@ -140,7 +140,7 @@ def test_data_built_elsewhere_is_used_without_its_corpus(tmp_path):
     """A GPU node gets the tokenized data without the corpus (it cannot download it)."""
     s = load_study("gpu_h100")
     _manifest(tmp_path / "ok", "mix", 8192)
-    assert carried_manifest(tmp_path / "ok", s)["train"]["tokens"] == 5
+    assert carried_manifest(tmp_path / "ok", s).train_tokens == 5
     assert carried_manifest(tmp_path / "none", s) is None  # nothing built: build it here
     _manifest(tmp_path / "other", "kjv", 8192)
     with pytest.raises(CorpusError, match=r"built from \['kjv.jsonl'\] at vocab 8192, but study 'gpu_h100' trains"):
