@@ -32,8 +32,23 @@ class StartupInterrupted(BaseException):
         self.name = signal.Signals(signum).name
 
 
-def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise StartupInterrupted(signum)
+class StartupSignals:
+    """The start-up's handler: the first SIGTERM/SIGINT is recorded (``name``) and acted on once
+    the imports are done, a second stops the start-up at once.
+
+    Raising from the first would put the exception wherever the imports happen to be, and some
+    import machinery swallows it: torch's C module imports numpy while it is created and carries
+    on without it when that import fails, so a signal there was lost (the run trained on,
+    ignoring its SIGTERM) or left numpy half-imported (exit 1 on a RecursionError instead of 75).
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.name is not None:
+            raise StartupInterrupted(signum)
+        self.name = signal.Signals(signum).name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,8 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> ExitCode:
     # Until the Trainer installs its preemption flag (SIGTERM/SIGINT then checkpoint and exit 75),
     # a signal stops the start-up with one line and the contract's exit 75: nothing was trained,
-    # nothing is lost, a rerun starts (or resumes) the run.
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in STARTUP_SIGNALS}
+    # nothing is lost, a rerun starts (or resumes) the run. A signal after the check below and
+    # before the flag exists is handed to the flag (``received``).
+    received = StartupSignals()
+    previous = {sig: signal.signal(sig, received) for sig in STARTUP_SIGNALS}
     try:
         from jobscripts.quiet import quiet_libraries
         from rundir.contract import ExitCode
@@ -74,7 +91,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
             return ExitCode.USAGE
         from training.runner import Trainer
 
-        return Trainer(cfg, force=args.force).run()
+        if received.name is not None:
+            raise StartupInterrupted(signal.Signals[received.name])
+        return Trainer(cfg, force=args.force, received=lambda: received.name).run()
     except StartupInterrupted as exc:
         for sig in STARTUP_SIGNALS:  # a second Ctrl-C must not turn the one line into a traceback
             signal.signal(sig, signal.SIG_IGN)
@@ -87,7 +106,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
         return ExitCode.RESUMABLE
     finally:
         for sig, handler in previous.items():
-            if signal.getsignal(sig) in (_raise_interrupted, signal.SIG_IGN):  # the Trainer's own stay
+            if signal.getsignal(sig) in (received, signal.SIG_IGN):  # the Trainer's own stay
                 signal.signal(sig, handler)
 
 

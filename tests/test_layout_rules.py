@@ -57,6 +57,25 @@ def test_a_world_must_hold_tp_x_pp_and_split_the_global_batch():
         validate_layout(tp2, 5)
 
 
+def test_pipeline_parallelism_splits_the_layers_and_takes_its_share_of_the_world():
+    """PP must divide the layers (the config alone), and the world must hold TP x PP, the rest
+    being data-parallel ranks that split the global batch into whole micro-batches."""
+    from runconfig.validate import validate_layout
+
+    with pytest.raises(
+        Exception, match=r"parallel.pipeline_model_parallel_size: 5 does not divide model.num_layers=24"
+    ):
+        load("parallel.pipeline_model_parallel_size=5")
+    pp3 = load("parallel.pipeline_model_parallel_size=3")  # 24 layers: 8 per stage
+    with pytest.raises(ValueError, match=r"world size 32 is not divisible by tensor \(1\) x pipeline \(3\)"):
+        validate_layout(pp3, 32)
+    validate_layout(pp3, 24)  # DP 8: 256 / (8 x 8) = 4 micro-batches per rank per step
+    tp2pp2 = load("parallel.tensor_model_parallel_size=2", "parallel.pipeline_model_parallel_size=2")
+    validate_layout(tp2pp2, 32)  # DP 8
+    with pytest.raises(ValueError, match=r"256 is not a multiple of .* = 8 x 6$"):
+        validate_layout(tp2pp2, 24)  # DP 24 / (2 x 2) = 6
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

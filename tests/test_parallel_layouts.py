@@ -8,7 +8,9 @@ run's own final held-out loss (recomputed from its checkpoint joined into one pr
 model the HF export is made from). Measured differences to one process: train_gpt.py, 16 steps,
 DP=2 at most 6e-8 relative in loss and 7e-8 in grad norm, TP=2 2e-8 and 2e-7; from the same
 initial weights (layout_losses.py, 4 steps) PP=2 and DP=2 x PP=2 at most 3e-8 in loss and
-3e-7 in grad norm, TP=2 x PP=2 1.1e-7 and 1.1e-6; diagnostics at most 1e-5.
+3e-7 in grad norm, TP=2 x PP=2 1.1e-7 and 1.1e-6; diagnostics at most 1e-5. For depth_mup, ode
+and sp at L=4 over L0=1, PP=2 and DP=2 x TP=2 (slow) also check that every stage's layers apply the
+whole model's branch multiplier and peak LRs, not their stage's depth.
 """
 
 from __future__ import annotations
@@ -243,6 +245,44 @@ def test_pipeline_layouts_match_one_process(one_stage, procs, args, layout):
         for q in ("weight_rms", "update_rms", "rms"):
             if q in a:
                 assert a[q] == pytest.approx(b[q], rel=1e-4, abs=1e-12), (key(a), q)
+
+
+# The depth-muP presets at L = 4 over a base depth L0 = 1 (m_L = 4): a stage of PP=2 holds 2
+# layers, so a stage that took its own depth for the model's would apply (2/1)^-alpha instead of
+# (4/1)^-alpha and scale its blocks' LRs by (2/1)^-gamma instead of (4/1)^-gamma.
+PRESETS = {  # preset: (branch multiplier 4^-alpha, hidden-matrix LR factor 4^-gamma under AdamW)
+    "depth_mup": (0.5, 0.5),
+    "ode": (0.25, 1.0),
+    "sp": (1.0, 1.0),
+}
+
+
+@pytest.mark.slow  # 4 layouts x 3 presets: about a minute on 2 cores; dp2xpp2 above checks depth_mup by default
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize(
+    "procs,args,layout",
+    [(2, ["--pp", "2"], {"tp": 1, "pp": 2, "dp": 1}), (4, ["--tp", "2"], {"tp": 2, "pp": 1, "dp": 2})],
+    ids=["pp2", "dp2xtp2"],
+)
+def test_every_stage_applies_the_whole_models_depth(preset, procs, args, layout):
+    """Each pipeline stage's layers apply the branch multiplier and peak LRs of the whole model's
+    depth (not the stage's), and the layout trains the one-process losses from the same weights."""
+    overrides = [f"parametrization.preset={preset}", "parametrization.base_num_layers=1"]
+    one, got = layout_losses(1, "--tied", *overrides), layout_losses(procs, "--tied", *args, *overrides)
+    assert got["layout"] == layout
+    branch, lr_factor = PRESETS[preset]
+    lr = 0.01  # layout_losses.py's optimizer.lr
+    for stage in got["stages"]:
+        assert stage["branch_multipliers"] == [branch], stage["pp_rank"]
+        peak = stage["peak_lrs"]
+        assert peak["decoder.layers.0.mlp.linear_fc1.weight" if stage["pp_rank"] == 0 else
+                    "decoder.layers.3.self_attention.linear_qkv.weight"] == pytest.approx(lr * lr_factor)  # fmt: skip
+        reference = one["stages"][0]["peak_lrs"]
+        assert {name: reference[name] for name in peak} == peak  # every parameter's, by global name
+    assert got["losses"] == pytest.approx(one["losses"], rel=1e-6)
+    assert got["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-5)
+    assert got["held_out"] == pytest.approx(one["held_out"], rel=1e-6)
+    assert got["table"] == one["table"]
 
 
 # ----------------------------------------------------------------------------- two nodes, one host

@@ -185,29 +185,56 @@ def test_a_signal_on_a_checkpoint_step_saves_that_step_once(tmp_path):
 
 STARTUP_SIGNAL_DRIVER = r"""
 import os, runpy, signal, sys
-class SignalOnTorchImport:  # the signal lands while torch is being imported, as a Ctrl-C in the first seconds
+class SignalOnImport:  # the signal lands while module $AT is being imported, as a Ctrl-C in the first seconds
     def find_spec(self, name, path=None, target=None):
-        if name == "torch":
+        if name == os.environ["AT"]:
             sys.meta_path.remove(self)
             os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
         return None
-sys.meta_path.insert(0, SignalOnTorchImport())
+sys.meta_path.insert(0, SignalOnImport())
 sys.argv = ["train_gpt.py", *sys.argv[1:]]
 runpy.run_path("train_gpt.py", run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_a_signal_during_the_imports_exits_75_with_one_line(tmp_path, sig):
+# torch: the first import. numpy: imported by torch's C module while it is created, which carries on
+# without numpy when that import fails: a signal raised there as an exception was lost (the run
+# trained to the end, exit 0) or left numpy half-imported (exit 1, RecursionError).
+@pytest.mark.parametrize("sig,module", [("SIGINT", "torch"), ("SIGTERM", "torch"), ("SIGTERM", "numpy")])
+def test_a_signal_during_the_imports_exits_75_with_one_line(tmp_path, sig, module):
     run = tmp_path / "run"
     args = ["--config", str(TINY), f"run.dir={run}", *BASE]
-    out = subprocess.run([sys.executable, "-c", STARTUP_SIGNAL_DRIVER, *args], cwd=REPO, env={**env(), "SIG": sig},
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", STARTUP_SIGNAL_DRIVER, *args], cwd=REPO,
+                         env={**env(), "SIG": sig, "AT": module}, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert out.returncode == 75, out.stderr[-3000:]
     assert out.stderr.splitlines() == [
         f"train_gpt.py: interrupted by {sig} while starting, nothing trained: rerun to start (or resume)"
     ]
     assert not run.exists()
+
+
+LATE_START_SIGNAL_DRIVER = r"""
+import os, runpy, signal, sys
+import rundir.lock
+acquire = rundir.lock.RunLock.acquire
+def acquire_then_signal(self):  # after train_gpt.py's last check, before the trainer's own handlers
+    os.kill(os.getpid(), signal.SIGTERM)
+    return acquire(self)
+rundir.lock.RunLock.acquire = acquire_then_signal
+sys.argv = ["train_gpt.py", *sys.argv[1:]]
+runpy.run_path("train_gpt.py", run_name="__main__")
+"""
+
+
+def test_a_signal_between_the_start_up_and_the_trainers_handlers_preempts_the_run(tmp_path):
+    """The start-up's handler records it; the trainer's flag takes it over: one step, a checkpoint, 75."""
+    run = tmp_path / "run"
+    args = ["--config", str(TINY), f"run.dir={run}", *BASE]
+    out = subprocess.run([sys.executable, "-c", LATE_START_SIGNAL_DRIVER, *args], cwd=REPO, env=env(),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 75, out.stderr[-3000:]
+    assert (summary(run)["status"], summary(run)["steps"]) == ("preempted", 1)
+    assert summary(run)["reason"] == "preempted (SIGTERM) at step 1"
 
 
 TEARDOWN_SIGNAL_DRIVER = r"""

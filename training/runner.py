@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -81,9 +81,14 @@ class Ending:
 class Trainer:
     """Runs ``cfg`` to completion, divergence, preemption or failure; ``run()`` returns the exit code."""
 
-    def __init__(self, cfg: RunConfig, force: bool = False) -> None:
+    def __init__(
+        self, cfg: RunConfig, force: bool = False, received: Callable[[], Optional[str]] = lambda: None
+    ) -> None:
+        """``received``: the name of a stop signal that reached the caller's own handler before
+        the trainer's (train_gpt.py's start-up), read once the trainer's handlers are in place."""
         self.cfg = cfg
         self.force = force
+        self.received = received
         self.run_dir = Path(cfg.run.dir)
         self.rank = int(os.environ.get("RANK", "0"))
         self.is_main = self.rank == 0
@@ -113,6 +118,7 @@ class Trainer:
             return ExitCode.BUSY
         self.started = time.time()
         flag = PreemptionFlag()
+        flag.signal = flag.signal or self.received()
         try:
             try:
                 self.session = build_session(self.cfg, force=self.force, is_main=self.is_main)

@@ -6,7 +6,9 @@ Run alone for the one-process reference, or under ``torchrun --nproc-per-node N`
 one-stage model's: megatron seeds each pipeline stage differently (seed + 100 x stage, as
 megatron-LM does), so the script first builds the model with one stage (TP shards are
 layout-independent on the CPU: megatron initializes the full matrix and splits it) and copies
-each parameter into this rank's stage by its global name.
+each parameter into this rank's stage by its global name. Extra ``key=value`` arguments override
+the config (another preset or base depth); ``stages`` records, per rank, the branch multipliers
+its layers apply and each of its parameters' peak LR.
 """
 
 import argparse
@@ -20,7 +22,7 @@ warnings.filterwarnings("ignore")
 STEPS, GLOBAL_BATCH, MICRO_BATCH, SEQ, VOCAB = 4, 8, 2, 32, 128
 
 
-def config(tp: int, pp: int, tied: bool):
+def config(tp: int, pp: int, tied: bool, overrides: list[str]):
     from runconfig import load_config
     from runconfig.schema import RunConfig
 
@@ -42,6 +44,7 @@ def config(tp: int, pp: int, tied: bool):
             f"training.micro_batch_size={MICRO_BATCH}",
             "optimizer.lr=0.01",
             "optimizer.clip_grad=0.5",
+            *overrides,
         ],
     )
 
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--tied", action="store_true", help="tie the output layer to the embedding")
+    parser.add_argument("overrides", nargs="*", help="extra key=value config overrides")
     args = parser.parse_args()
     from megatron.core import parallel_state
 
@@ -63,14 +67,14 @@ def main() -> None:
     from training.session import gather_table, stage_layer_offset
 
     info = init_distributed("cpu", tp=args.tp)  # one stage first: the reference initial weights
-    one_stage = config(args.tp, 1, args.tied)
+    one_stage = config(args.tp, 1, args.tied, args.overrides)
     vocab = padded_vocab_size(VOCAB, 2)  # the same rows in every layout (megatron pads to 128 x TP)
     torch.manual_seed(0)
     initial = {name: p.detach().clone() for name, p, _ in global_named_parameters(build_model(one_stage, vocab))}
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
 
-    cfg = config(args.tp, args.pp, args.tied)
+    cfg = config(args.tp, args.pp, args.tied, args.overrides)
     resolved = resolve(cfg)
     model = build_model(cfg, vocab, resolved=resolved)
     with torch.no_grad():
@@ -82,6 +86,21 @@ def main() -> None:
     backend = CpuBackend(cfg, model, resolved)
     for g in backend.param_groups:
         g["lr"] = g["max_lr"]
+    # what each rank's stage really applies: its layers' branch multipliers and each of its
+    # parameters' peak LR (by global name), gathered to rank 0
+    from patches.layer_spec import branch_multipliers
+
+    names = {id(p): name for name, p, _ in global_named_parameters(model, stage_layer_offset(cfg))}
+    peak_lrs = {names[id(p)]: g["max_lr"] for g in backend.param_groups for p in g["params"] if id(p) in names}
+    stages = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(
+        stages,
+        {
+            "pp_rank": parallel_state.get_pipeline_model_parallel_rank(),
+            "branch_multipliers": sorted(branch_multipliers(model)),
+            "peak_lrs": peak_lrs,
+        },
+    )
 
     plan = BatchPlan(
         GLOBAL_BATCH,
@@ -139,6 +158,7 @@ def main() -> None:
                     "held_out": held_out,
                     "diagnostics": rows,
                     "table": table,
+                    "stages": stages,
                 }
             )
         )
