@@ -132,7 +132,10 @@ def _scheduler(*overrides: str):
 )
 def test_constant_linear_and_wsd_by_hand(megatron, style, expected):
     sched = _scheduler(
-        f"scheduler.decay_style={style}", "scheduler.warmup_steps=5", "scheduler.wsd_decay_steps=10", "training.steps=40"
+        f"scheduler.decay_style={style}",
+        "scheduler.warmup_steps=5",
+        "scheduler.wsd_decay_steps=10",
+        "training.steps=40",
     )
     for step, lr in expected.items():
         sched.num_steps = 0
