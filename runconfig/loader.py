@@ -72,7 +72,7 @@ def override_hint(
             keys = [k for k in schema_keys(schema) if k.rsplit(".", 1)[-1] == name]
             if keys:
                 wanted.append(" or ".join(f"{k}={'VALUE' if value is None else value}" for k in keys))
-            elif hint := megatron_hint(name, value):
+            elif hint := megatron_hint(name, value, schema_keys(schema)):
                 wanted.append(hint)
     if not wanted:
         return None
@@ -110,7 +110,7 @@ class OverridesParser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _describe(exc: OmegaConfBaseException) -> str:
+def _describe(exc: OmegaConfBaseException, schema: type | None = None) -> str:
     key = getattr(exc, "full_key", None)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     choice = _LITERAL_ERROR.match(first)
@@ -119,10 +119,10 @@ def _describe(exc: OmegaConfBaseException) -> str:
     if _NOT_A_LIST in first and key:  # "AnyNode is not a ListConfig, ...": a scalar given for a list
         value = getattr(exc, "value", None)
         return f"{key}: must be a list, got {value!r} (YAML: [a, b]; command line: {key}='[a, b]')"
-    if isinstance(exc, ConfigKeyError) and key:  # a key written with Megatron-LM's name
+    if isinstance(exc, ConfigKeyError) and key and schema is not None:  # a key with Megatron-LM's name
         from runconfig.megatron_args import megatron_key_note
 
-        note = megatron_key_note(str(key))
+        note = megatron_key_note(str(key), schema_keys(schema))
         if note:
             first = f"{first}{' ' if first.endswith('?') else '; '}{note}"
     return f"key '{key}': {first}" if key else first
@@ -167,7 +167,7 @@ def load_config(
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:
-            raise ConfigError(f"{source}: {_describe(exc)}") from exc
+            raise ConfigError(f"{source}: {_describe(exc, schema)}") from exc
     try:
         return OmegaConf.to_object(merged)  # runs each dataclass's __post_init__ checks
     except OmegaConfBaseException as exc:

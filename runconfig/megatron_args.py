@@ -11,6 +11,7 @@ and is not listed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -77,11 +78,16 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
 }
 
 
-def megatron_hint(name: str, given: Optional[str] = None) -> Optional[str]:
+def _for_run_config(keys: Iterable[str]) -> bool:
+    """The table speaks of the run config: a schema without its keys (data_prep's) gets no hints."""
+    return {a.key for a in MEGATRON_LM_ARGS.values() if a.key} <= set(keys)
+
+
+def megatron_hint(name: str, given: Optional[str], keys: Iterable[str]) -> Optional[str]:
     """What to write instead of Megatron-LM's flag ``name`` (dashes or underscores), or None
-    when the table does not list it."""
+    when the table does not list it or ``keys`` (the schema's) are not the run config's."""
     arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
-    if arg is None:
+    if arg is None or not _for_run_config(keys):
         return None
     flag = "--" + name.replace("_", "-")
     if arg.key is None:
@@ -90,12 +96,13 @@ def megatron_hint(name: str, given: Optional[str] = None) -> Optional[str]:
     return arg.override(given) + f" (Megatron-LM's {flag}" + (f": {note})" if note else ")")
 
 
-def megatron_key_note(key: str) -> Optional[str]:
-    """For a key that is not in the schema but whose last part is a Megatron-LM flag of the
-    table (``training.train_iters``, ``optimizer.min_lr``): where that setting lives, or None."""
+def megatron_key_note(key: str, keys: Iterable[str]) -> Optional[str]:
+    """For a key that is not among the schema's ``keys`` but whose last part is a Megatron-LM
+    flag of the table (``training.train_iters``, ``optimizer.min_lr``): where that setting
+    lives, or None."""
     name = key.rsplit(".", 1)[-1]
     arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
-    if arg is None:
+    if arg is None or not _for_run_config(keys):
         return None
     flag = "--" + name.replace("_", "-")
     note = arg.note.removeprefix("convert: ")

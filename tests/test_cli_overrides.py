@@ -101,6 +101,18 @@ def test_a_key_with_megatron_lm_name_names_the_key_that_holds_it(override, note)
     assert note.lower() in str(err.value).lower()
 
 
+def test_the_megatron_lm_table_speaks_only_of_the_run_config(capsys):
+    from data_prep.config import DataPrepConfig
+    from runconfig import ConfigError, load_config
+
+    assert override_hint(["--train-iters", "10", "--save", "x"], DataPrepConfig) is None
+    err = _exit_2(capsys, lambda: data_prep_main(["--config", str(DATA_PREP), "--save", "x"]))
+    assert err.endswith("unrecognized arguments: --save\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(DataPrepConfig, DATA_PREP, ["output.min_lr=3"])
+    assert "Megatron-LM" not in str(exc.value)
+
+
 def test_the_megatron_lm_table_names_real_keys_and_matches_the_docs():
     from runconfig.loader import schema_keys
     from runconfig.megatron_args import MEGATRON_LM_ARGS
