@@ -20,14 +20,15 @@ from typing import Optional
 class MegatronArg:
     key: Optional[str]  # the dotted key that holds the setting; None: no key does
     value: Optional[str] = None  # what a value-less flag stands for (--bf16: bf16); None: the flag's value
-    note: str = ""  # where the meaning differs from Megatron-LM's ("convert: ...": the value too)
+    note: str = ""  # where the meaning differs from Megatron-LM's
     values: tuple[tuple[str, str], ...] = ()  # Megatron-LM's value -> the value here, where they differ
+    convert: bool = False  # the value means something else here (the note says how to convert it)
 
     def override(self, given: Optional[str]) -> str:
         """The ``key=value`` to write for the flag (``given``: its value on the command line)."""
         if self.value is not None:
             return f"{self.key}={self.value}"
-        if given is None or self.note.startswith("convert"):
+        if given is None or self.convert:
             return f"{self.key}=VALUE"
         return f"{self.key}={dict(self.values).get(given, given)}"
 
@@ -39,10 +40,12 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
     "train_iters": MegatronArg("training.steps"),
     "lr_warmup_iters": MegatronArg("scheduler.warmup_steps"),
     "lr_warmup_fraction": MegatronArg(
-        "scheduler.warmup_steps", note="convert: a step count, fraction x training.steps"
+        "scheduler.warmup_steps", note="a step count, fraction x training.steps", convert=True
     ),
     "min_lr": MegatronArg(
-        "optimizer.min_lr_ratio", note="convert: --min-lr / --lr; each group decays to that fraction of its own peak"
+        "optimizer.min_lr_ratio",
+        note="--min-lr / --lr; each group decays to that fraction of its own peak",
+        convert=True,
     ),
     "lr_decay_style": MegatronArg(
         "scheduler.decay_style", note="no inverse-square-root; WSD is wsd", values=(("WSD", "wsd"),)
@@ -92,8 +95,7 @@ def megatron_hint(name: str, given: Optional[str], keys: Iterable[str]) -> Optio
     flag = "--" + name.replace("_", "-")
     if arg.key is None:
         return f"nothing for Megatron-LM's {flag} ({arg.note})"
-    note = arg.note.removeprefix("convert: ")
-    return arg.override(given) + f" (Megatron-LM's {flag}" + (f": {note})" if note else ")")
+    return arg.override(given) + f" (Megatron-LM's {flag}" + (f": {arg.note})" if arg.note else ")")
 
 
 def megatron_key_note(key: str, keys: Iterable[str]) -> Optional[str]:
@@ -105,7 +107,6 @@ def megatron_key_note(key: str, keys: Iterable[str]) -> Optional[str]:
     if arg is None or not _for_run_config(keys):
         return None
     flag = "--" + name.replace("_", "-")
-    note = arg.note.removeprefix("convert: ")
     if arg.key is None:
-        return f"Megatron-LM's {flag} has no key here ({note})"
-    return f"Megatron-LM's {flag} is {arg.key} here" + (f" ({note})" if note else "")
+        return f"Megatron-LM's {flag} has no key here ({arg.note})"
+    return f"Megatron-LM's {flag} is {arg.key} here" + (f" ({arg.note})" if arg.note else "")

@@ -131,7 +131,7 @@ def test_the_megatron_lm_table_names_real_keys_and_matches_the_docs():
     expected = {
         name: (
             "(none)" if arg.key is None else f"`{arg.key}{'=' + arg.value if arg.value else ''}`",
-            arg.note.removeprefix("convert: "),
+            arg.note,
         )
         for name, arg in MEGATRON_LM_ARGS.items()
     }

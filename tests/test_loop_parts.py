@@ -155,6 +155,7 @@ def test_eval_and_summary_lines_carry_perplexity_by_hand():
 
     assert eval_line(5, 0.5, math.log(350.0)) == "step 5 (0.5 of training): val_loss 5.8579 | PPL 350"
     assert perplexity(1000.0) == math.inf and eval_line(1, 1.0, 1000.0).endswith("| PPL inf")
+    assert math.isnan(perplexity(math.nan)) and eval_line(1, 1.0, math.nan).endswith("val_loss nan | PPL nan")
     done = rd.RunSummary(
         Status.COMPLETED, steps=10, target_steps=10, tokens=5120, final_val_loss=2.0, wall_time_s=3725.4
     )

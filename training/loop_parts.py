@@ -160,7 +160,7 @@ def train_line(
 
 def perplexity(loss: float) -> float:
     """``exp(loss)``, Megatron-LM's ``lm loss PPL``; inf where it overflows a float."""
-    return math.exp(loss) if loss < 709.0 else math.inf
+    return math.inf if loss >= 709.0 else math.exp(loss)  # nan stays nan
 
 
 def eval_line(step: int, fraction: float, val_loss: float) -> str:
