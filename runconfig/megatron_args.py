@@ -81,18 +81,22 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
 }
 
 
-def _for_run_config(keys: Iterable[str]) -> bool:
-    """The table speaks of the run config: a schema without its keys (data_prep's) gets no hints."""
-    return {a.key for a in MEGATRON_LM_ARGS.values() if a.key} <= set(keys)
+def _lookup(name: str, keys: Iterable[str]) -> Optional[tuple[str, MegatronArg]]:
+    """``(--flag, its row)`` for Megatron-LM's flag ``name`` (dashes or underscores), or None when
+    the table does not list it or ``keys`` (the schema's) are not the run config's: a schema
+    without the table's keys (data_prep's) gets no Megatron-LM hints."""
+    arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
+    if arg is None or not {a.key for a in MEGATRON_LM_ARGS.values() if a.key} <= set(keys):
+        return None
+    return "--" + name.replace("_", "-"), arg
 
 
 def megatron_hint(name: str, given: Optional[str], keys: Iterable[str]) -> Optional[str]:
-    """What to write instead of Megatron-LM's flag ``name`` (dashes or underscores), or None
-    when the table does not list it or ``keys`` (the schema's) are not the run config's."""
-    arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
-    if arg is None or not _for_run_config(keys):
+    """What to write instead of Megatron-LM's flag ``name`` given with value ``given``, or None."""
+    found = _lookup(name, keys)
+    if found is None:
         return None
-    flag = "--" + name.replace("_", "-")
+    flag, arg = found
     if arg.key is None:
         return f"nothing for Megatron-LM's {flag} ({arg.note})"
     return arg.override(given) + f" (Megatron-LM's {flag}" + (f": {arg.note})" if arg.note else ")")
@@ -102,11 +106,10 @@ def megatron_key_note(key: str, keys: Iterable[str]) -> Optional[str]:
     """For a key that is not among the schema's ``keys`` but whose last part is a Megatron-LM
     flag of the table (``training.train_iters``, ``optimizer.min_lr``): where that setting
     lives, or None."""
-    name = key.rsplit(".", 1)[-1]
-    arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
-    if arg is None or not _for_run_config(keys):
+    found = _lookup(key.rsplit(".", 1)[-1], keys)
+    if found is None:
         return None
-    flag = "--" + name.replace("_", "-")
+    flag, arg = found
     if arg.key is None:
         return f"Megatron-LM's {flag} has no key here ({arg.note})"
     return f"Megatron-LM's {flag} is {arg.key} here" + (f" ({arg.note})" if arg.note else "")
