@@ -13,13 +13,14 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 T = TypeVar("T")
 _LITERAL_ERROR = re.compile(r"Invalid value ('.*'), expected one of (\[.*\])")
@@ -38,13 +39,20 @@ def schema_keys(schema: type) -> list[str]:
     return sorted(flatten(OmegaConf.to_container(OmegaConf.structured(schema))))
 
 
-def override_hint(unrecognized: Sequence[str], schema: type | None = None) -> str | None:
+def override_hint(
+    unrecognized: Sequence[str], schema: type | None = None, argv: Sequence[str] | None = None
+) -> str | None:
     """The ``key=value`` override meant by options argparse does not know, or None.
 
     torchtitan writes config keys as options (``--optimizer.lr=3e-4``, ``--optimizer.lr 3e-4``)
     and Megatron-LM has one flag per setting (``--num-layers 8``); here both are dotted
     ``key=value`` overrides. A dotted option is the key itself; an undotted one is looked up by
-    its last part among ``schema``'s keys (dashes read as underscores)."""
+    its last part among ``schema``'s keys (dashes read as underscores), else in the table of
+    Megatron-LM flags whose key has another name (``runconfig.megatron_args``: ``--train-iters``
+    is ``training.steps``). ``argv``: the whole command line, where the option's value is found
+    when argparse took it as an override (a command with ``key=value`` positionals)."""
+    from runconfig.megatron_args import megatron_hint
+
     wanted: list[str] = []
     tokens = list(unrecognized)
     for i, token in enumerate(tokens):
@@ -53,15 +61,19 @@ def override_hint(unrecognized: Sequence[str], schema: type | None = None) -> st
             continue
         name, value = m.group(1).replace("-", "_"), m.group(2)
         following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if argv is not None and token in argv:  # ``--lr 3e-4``: 3e-4 may have gone to the overrides
+            at = list(argv).index(token)
+            following = argv[at + 1] if at + 1 < len(argv) else None
         if value is None and following is not None and not following.startswith("-") and "=" not in following:
             value = following  # ``--lr 3e-4``: argparse left the value unclaimed beside its option
-        value = "VALUE" if value is None else value
         if "." in name:
-            wanted.append(f"{name}={value}")
+            wanted.append(f"{name}={'VALUE' if value is None else value}")
         elif schema is not None:
             keys = [k for k in schema_keys(schema) if k.rsplit(".", 1)[-1] == name]
             if keys:
-                wanted.append(" or ".join(f"{k}={value}" for k in keys))
+                wanted.append(" or ".join(f"{k}={'VALUE' if value is None else value}" for k in keys))
+            elif hint := megatron_hint(name, value, schema_keys(schema)):
+                wanted.append(hint)
     if not wanted:
         return None
     return "config overrides are dotted key=value arguments without dashes: write " + ", ".join(wanted)
@@ -70,10 +82,10 @@ def override_hint(unrecognized: Sequence[str], schema: type | None = None) -> st
 UNRECOGNIZED = "unrecognized arguments: "  # argparse's message for arguments no option takes
 
 
-def unrecognized_message(extra: Sequence[str], schema: type | None = None) -> str:
+def unrecognized_message(extra: Sequence[str], schema: type | None = None, argv: Sequence[str] | None = None) -> str:
     """argparse's refusal of ``extra``, with :func:`override_hint`'s line where one names a config key."""
     message = UNRECOGNIZED + " ".join(extra)
-    hint = override_hint(extra, schema)
+    hint = override_hint(extra, schema, argv)
     return f"{message}\n{hint}" if hint else message
 
 
@@ -85,14 +97,20 @@ class OverridesParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, override_schema: type | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.override_schema = override_schema
+        self._argv: list[str] | None = None
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)  # the option's value may land among the overrides
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # type: ignore[override]
         if message.startswith(UNRECOGNIZED):
-            message = unrecognized_message(message[len(UNRECOGNIZED) :].split(" "), self.override_schema)
+            extra = message[len(UNRECOGNIZED) :].split(" ")
+            message = unrecognized_message(extra, self.override_schema, self._argv)
         super().error(message)
 
 
-def _describe(exc: OmegaConfBaseException) -> str:
+def _describe(exc: OmegaConfBaseException, schema: type | None = None) -> str:
     key = getattr(exc, "full_key", None)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     choice = _LITERAL_ERROR.match(first)
@@ -101,6 +119,12 @@ def _describe(exc: OmegaConfBaseException) -> str:
     if _NOT_A_LIST in first and key:  # "AnyNode is not a ListConfig, ...": a scalar given for a list
         value = getattr(exc, "value", None)
         return f"{key}: must be a list, got {value!r} (YAML: [a, b]; command line: {key}='[a, b]')"
+    if isinstance(exc, ConfigKeyError) and key and schema is not None:  # a key with Megatron-LM's name
+        from runconfig.megatron_args import megatron_key_note
+
+        note = megatron_key_note(str(key), schema_keys(schema))
+        if note:
+            first = f"{first}{' ' if first.endswith('?') else '; '}{note}"
     return f"key '{key}': {first}" if key else first
 
 
@@ -143,7 +167,7 @@ def load_config(
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as exc:
-            raise ConfigError(f"{source}: {_describe(exc)}") from exc
+            raise ConfigError(f"{source}: {_describe(exc, schema)}") from exc
     try:
         return OmegaConf.to_object(merged)  # runs each dataclass's __post_init__ checks
     except OmegaConfBaseException as exc:

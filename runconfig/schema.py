@@ -160,7 +160,7 @@ class SchedulerConfig:
         _choice("scheduler.wsd_decay_style", self.wsd_decay_style, WsdDecayStyle)
         _at_least("scheduler.warmup_steps", self.warmup_steps, 0)
         if self.decay_style == "wsd" and not self.wsd_decay_steps:
-            raise ValueError("scheduler.wsd_decay_steps: required (> 0) when scheduler.decay_style is 'wsd'")
+            raise ValueError("scheduler.wsd_decay_steps: required (> 0) with scheduler.decay_style=wsd")
 
 
 @dataclass

@@ -46,10 +46,17 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
 
     apply_data_source(cfg)
     m, sch, tr, par = cfg.model, cfg.scheduler, cfg.training, cfg.parallel
-    if sch.warmup_steps >= tr.steps and sch.decay_style != "constant":
+    # megatron's OptimizerParamScheduler asserts warmup < decay steps (= training.steps) for every
+    # style, constant included: refused here, naming the key, not as an AssertionError at step 0
+    if sch.warmup_steps >= tr.steps:
         raise ValueError(f"scheduler.warmup_steps: {sch.warmup_steps} must be < training.steps={tr.steps}")
-    if sch.decay_style == "wsd" and sch.wsd_decay_steps > tr.steps:
-        raise ValueError("scheduler.wsd_decay_steps: must be <= training.steps")
+    if sch.decay_style == "wsd" and sch.wsd_decay_steps > tr.steps - sch.warmup_steps:
+        # a longer decay would start inside the warmup: the LR would jump from the warmup's
+        # line onto the decay's at the end of the warmup, never holding the peak
+        raise ValueError(
+            f"scheduler.wsd_decay_steps: {sch.wsd_decay_steps} must be <= training.steps={tr.steps} - "
+            f"scheduler.warmup_steps={sch.warmup_steps} = {tr.steps - sch.warmup_steps} (scheduler.decay_style=wsd)"
+        )
     if m.block == "linear1" and m.activation == "swiglu":
         raise ValueError("model.activation: swiglu does not apply to model.block=linear1 (use model.linear1_phi)")
     if m.num_layers % par.pipeline_model_parallel_size:

@@ -147,3 +147,19 @@ def test_without_its_pointer_the_latest_checkpoint_is_the_newest_complete_one_fo
     assert rd.latest_checkpoint(tmp_path) == rd.checkpoint_dir(tmp_path, 40)
     found = find_checkpoint(tmp_path)
     assert (found.step, found.path.name, found.format) == (40, "step_00000040", "cpu")
+
+
+def test_eval_and_summary_lines_carry_perplexity_by_hand():
+    from rundir.contract import Status
+    from training.loop_parts import eval_line, perplexity, summary_line
+
+    assert eval_line(5, 0.5, math.log(350.0)) == "step 5 (0.5 of training): val_loss 5.8579 | PPL 350"
+    assert perplexity(1000.0) == math.inf and eval_line(1, 1.0, 1000.0).endswith("| PPL inf")
+    assert math.isnan(perplexity(math.nan)) and eval_line(1, 1.0, math.nan).endswith("val_loss nan | PPL nan")
+    done = rd.RunSummary(
+        Status.COMPLETED, steps=10, target_steps=10, tokens=5120, final_val_loss=2.0, wall_time_s=3725.4
+    )
+    assert summary_line(done) == "completed: 10/10 steps, 5,120 tokens, 1:02:05 | final val_loss 2.0000 | PPL 7.389"
+    why = "loss 1.474e+07 above bound 9.238 at step 3"
+    diverged = rd.RunSummary(Status.DIVERGED, reason=why, steps=3, target_steps=4, tokens=1536, wall_time_s=10.2)
+    assert summary_line(diverged) == f"diverged: 3/4 steps, 1,536 tokens, 0:00:10 | {why}"

@@ -88,3 +88,64 @@ def test_group_lrs_follow_table_through_scheduler(megatron, optimizer):
     # the groups are distinguishable by megatron's checkpoint key (wd_mult, lr_mult, ...)
     keys = [(g["wd_mult"], g["lr_mult"]) for g in opt.param_groups]
     assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("style", ["constant", "linear", "cosine", "wsd"])
+def test_a_warmup_as_long_as_training_is_refused_for_every_style(style):
+    # megatron's OptimizerParamScheduler asserts warmup < decay steps for every style: constant was let
+    # through and crashed with an AssertionError (exit 1, status failed) before the first step
+    from runconfig import ConfigError
+
+    with pytest.raises(ConfigError, match=r"scheduler.warmup_steps: 40 must be < training.steps=40"):
+        tiny_config(f"scheduler.decay_style={style}", "scheduler.wsd_decay_steps=1", "scheduler.warmup_steps=40")
+
+
+def test_a_wsd_decay_that_would_start_inside_the_warmup_is_refused():
+    from runconfig import ConfigError
+
+    wsd = ("scheduler.decay_style=wsd", "training.steps=40", "scheduler.warmup_steps=5")
+    with pytest.raises(ConfigError, match=r"scheduler.wsd_decay_steps: 36 must be <= training.steps=40 - "):
+        tiny_config(*wsd, "scheduler.wsd_decay_steps=36")
+    assert tiny_config(*wsd, "scheduler.wsd_decay_steps=35").scheduler.wsd_decay_steps == 35
+    # the decay style set on the command line is where the missing length is blamed (was: the file)
+    with pytest.raises(ConfigError, match=r"^command-line overrides: scheduler.wsd_decay_steps: required"):
+        tiny_config("scheduler.decay_style=wsd")
+
+
+def _scheduler(*overrides: str):
+    from training.model import build_model, resolve
+    from training.optim import CpuOptimizer, build_scheduler
+
+    cfg = tiny_config("parametrization.preset=sp", "optimizer.lr=2e-3", "optimizer.min_lr_ratio=0.1", *overrides)
+    return build_scheduler(cfg, CpuOptimizer(cfg, [build_model(cfg, 512)], resolve(cfg)))
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        # warmup 5 (0 -> 2e-3 over scheduler steps 0..5), then the style over steps 5..40 down to 2e-4
+        ("constant", {0: 0.0, 3: 1.2e-3, 5: 2e-3, 39: 2e-3}),
+        ("linear", {5: 2e-3, 12: 2e-3 - 1.8e-3 * 7 / 35, 40: 2e-4}),
+        # wsd: the peak until 40 - 10 = 30, then linear to the floor over the last 10
+        ("wsd", {5: 2e-3, 30: 2e-3, 35: 1.1e-3, 40: 2e-4}),
+    ],
+)
+def test_constant_linear_and_wsd_by_hand(megatron, style, expected):
+    sched = _scheduler(
+        f"scheduler.decay_style={style}",
+        "scheduler.warmup_steps=5",
+        "scheduler.wsd_decay_steps=10",
+        "training.steps=40",
+    )
+    for step, lr in expected.items():
+        sched.num_steps = 0
+        sched.step(step)
+        assert sched.get_lr({}) == pytest.approx(lr, rel=1e-12, abs=1e-15), step
+
+
+def test_a_constant_schedule_warms_up_until_the_last_step(megatron):
+    sched = _scheduler("scheduler.decay_style=constant", "scheduler.warmup_steps=39", "training.steps=40")
+    sched.step(13)
+    assert sched.get_lr({}) == pytest.approx(2e-3 / 3, rel=1e-12)
+    sched.step(26)
+    assert sched.get_lr({}) == pytest.approx(2e-3, rel=1e-12)

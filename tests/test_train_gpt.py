@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import signal
 import subprocess
@@ -100,6 +101,13 @@ def test_training_line_every_interval_in_console_and_train_log(tmp_path):
         assert f"| lm loss: {row['loss']:.6E} | grad norm: {row['grad_norm']:.3f} |" in line
         assert f"| tokens/s: {row['tokens_per_s']:,.0f} |" in line and "| ETA: " in line
     assert [r["step"] for r in rows(run)] == [3, 6, 7]
+    # the global batch's split, as Megatron-LM's "setting number of micro-batches" line
+    assert "7 steps x 8 sequences (2 micro-batches of 4 x data-parallel size 1)" in out.stderr
+    # and the session's last line, summary.json's numbers (7 x 8 x 64 tokens; the final eval's PPL)
+    final = summary(run)["final_val_loss"]
+    last = out.stderr.splitlines()[-1]
+    assert " INFO completed: 7/7 steps, 3,584 tokens, " in last
+    assert last.endswith(f"| final val_loss {final:.4f} | PPL {math.exp(final):.4g}")
 
 
 def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted(reference, tmp_path):

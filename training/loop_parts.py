@@ -158,6 +158,28 @@ def train_line(
     return " | ".join(parts)
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, Megatron-LM's ``lm loss PPL``; inf where it overflows a float."""
+    return math.inf if loss >= 709.0 else math.exp(loss)  # nan stays nan
+
+
+def eval_line(step: int, fraction: float, val_loss: float) -> str:
+    """The console and train.log line of a held-out evaluation."""
+    return f"step {step} ({fraction:.3g} of training): val_loss {val_loss:.4f} | PPL {perplexity(val_loss):.4g}"
+
+
+def summary_line(summary: Any) -> str:
+    """The last console and train.log line of a session: how it ended, as ``summary.json`` records
+    it (a ``rundir.files.RunSummary``)."""
+    s = summary
+    line = f"{s.status}: {s.steps}/{s.target_steps} steps, {s.tokens:,} tokens, {_clock_text(s.wall_time_s or 0.0)}"
+    if s.final_val_loss is not None:
+        line += f" | final val_loss {s.final_val_loss:.4f} | PPL {perplexity(s.final_val_loss):.4g}"
+    if s.reason:
+        line += f" | {s.reason}"
+    return line
+
+
 @dataclass
 class Checkpointer:
     """Periodic checkpoints every ``interval`` steps (0: none) before the last step; the final

@@ -39,7 +39,15 @@ from rundir.files import (
 )
 from rundir.lock import RunLock
 from training.backends import StepResult
-from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter, train_line
+from training.loop_parts import (
+    Checkpointer,
+    DivergenceGuard,
+    EvalSchedule,
+    ThroughputMeter,
+    eval_line,
+    summary_line,
+    train_line,
+)
 from training.session import Session, SetupError, build_session
 
 log = logging.getLogger("train_gpt")
@@ -298,7 +306,7 @@ class Trainer:
         if s.runlog is not None:
             tokens = done * s.cfg.training.global_batch_size * s.cfg.model.seq_length
             s.runlog.write({"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val})
-            log.info("step %d (%.3g of training): val_loss %.4f", done, frac, val)
+            log.info("%s", eval_line(done, frac, val))
         if not math.isfinite(val):
             return Ending(Status.DIVERGED, f"validation loss is {val} at step {done}", done)
         return None
@@ -351,22 +359,21 @@ class Trainer:
         final = [e["val_loss"] for e in evals if e["step"] == final_at]
         train_rows = [r for r in read_metrics(self.run_dir) if r.get("kind") == "train"]
         done = ending.step if ending.step is not None else (train_rows[-1]["step"] if train_rows else 0)
-        write_summary(
-            self.run_dir,
-            RunSummary(
-                status=ending.status,
-                reason=ending.reason,
-                exit_code=int(ending.exit_code),
-                steps=done,
-                target_steps=cfg.training.steps,
-                tokens=done * cfg.training.global_batch_size * cfg.model.seq_length,
-                evals=tuple(EvalRecord(e["step"], e["fraction"], e["val_loss"]) for e in evals),
-                final_val_loss=final[0] if final else None,
-                final_train_loss=train_rows[-1]["loss"] if train_rows else None,
-                wall_time_s=self._wall_time(),
-                **run_identity(cfg),
-            ),
+        summary = RunSummary(
+            status=ending.status,
+            reason=ending.reason,
+            exit_code=int(ending.exit_code),
+            steps=done,
+            target_steps=cfg.training.steps,
+            tokens=done * cfg.training.global_batch_size * cfg.model.seq_length,
+            evals=tuple(EvalRecord(e["step"], e["fraction"], e["val_loss"]) for e in evals),
+            final_val_loss=final[0] if final else None,
+            final_train_loss=train_rows[-1]["loss"] if train_rows else None,
+            wall_time_s=self._wall_time(),
+            **run_identity(cfg),
         )
+        write_summary(self.run_dir, summary)
+        log.info("%s", summary_line(summary))
 
 
 @contextlib.contextmanager

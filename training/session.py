@@ -248,7 +248,8 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         lg = cfg.logging
         runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict, resume.step)
     log.info(
-        "run %s: %s L=%d n=%d lr=%g on %s (%s, tp=%d pp=%d dp=%d), %d steps x %d sequences",
+        "run %s: %s L=%d n=%d lr=%g on %s (%s, tp=%d pp=%d dp=%d), %d steps x %d sequences "
+        "(%d micro-batches of %d x data-parallel size %d)",
         run_dir,
         cfg.parametrization.preset,
         cfg.model.num_layers,
@@ -261,6 +262,9 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         plan.dp_size,
         cfg.training.steps,
         cfg.training.global_batch_size,
+        plan.num_microbatches,
+        cfg.training.micro_batch_size,
+        plan.dp_size,
     )
     return Session(
         cfg=cfg,
