@@ -11,9 +11,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from omegaconf import OmegaConf
 
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
@@ -25,6 +28,7 @@ from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
+from runconfig.loader import flatten, parse_overrides
 from runconfig.validate import validate_layout
 from rundir.contract import SUMMARY_FILE, ExitCode
 
@@ -64,6 +68,22 @@ class PreparedJob:
     warnings: list[str] = field(default_factory=list)
 
 
+LAYOUT_KEYS = (
+    "parallel.tensor_model_parallel_size",
+    "parallel.pipeline_model_parallel_size",
+    "training.global_batch_size",
+    "training.micro_batch_size",
+)
+
+
+def _layout_source(config: Path, overrides: Sequence[str]) -> str:
+    """Where a layout that does not fit the processes came from: the file, and the layout keys
+    the command line set on top of it (the file may hold other values for them)."""
+    given = flatten(OmegaConf.to_container(parse_overrides(overrides))) if overrides else {}
+    mine = [f"{k}={given[k]}" for k in LAYOUT_KEYS if k in given]
+    return f"{config} with {' '.join(mine)} (command line)" if mine else str(config)
+
+
 def prepare_job(req: JobRequest) -> PreparedJob:
     """Validate the config and render the launcher script (nothing written yet)."""
     if req.launcher not in LAUNCHERS:
@@ -83,7 +103,9 @@ def prepare_job(req: JobRequest) -> PreparedJob:
     try:  # here, not when the job has its nodes
         validate_layout(cfg, req.nodes * procs)
     except ValueError as exc:
-        raise LaunchError(f"{config}: on {req.nodes} node(s) x {procs} process(es): {exc}") from None
+        raise LaunchError(
+            f"{_layout_source(config, req.overrides)}: on {req.nodes} node(s) x {procs} process(es): {exc}"
+        ) from None
     if req.launcher == "slurm" and cfg.parallel.device == "cuda" and not req.gpus_per_node:
         raise LaunchError(f"--gpus-per-node: {config} runs on cuda (parallel.device) but the job asks for no GPU")
     hostfile = str((cwd / req.hostfile).resolve()) if req.hostfile else None

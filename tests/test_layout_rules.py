@@ -80,7 +80,12 @@ def test_pipeline_parallelism_splits_the_layers_and_takes_its_share_of_the_world
     "args,message",
     [
         (["--nodes", "3", "--gpus-per-node", "8"], "on 3 node(s) x 8 process(es): training.global_batch_size: 256"),
-        (["--nodes", "4", "--gpus-per-node", "8", "training.micro_batch_size=16"], "= 16 x 32"),
+        (["--nodes", "3", "--gpus-per-node", "8"], "gpt_350m_multinode.yaml: on 3 node(s)"),  # the file's layout
+        (
+            ["--nodes", "4", "--gpus-per-node", "8", "training.micro_batch_size=16"],
+            "gpt_350m_multinode.yaml with training.micro_batch_size=16 (command line): on 4 node(s) x 8 process(es): "
+            "training.global_batch_size: 256 is not a multiple of training.micro_batch_size x data-parallel size = 16 x 32",
+        ),
         (["--nodes", "4"], "--gpus-per-node: "),
     ],
 )
