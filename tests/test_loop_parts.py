@@ -163,3 +163,12 @@ def test_eval_and_summary_lines_carry_perplexity_by_hand():
     why = "loss 1.474e+07 above bound 9.238 at step 3"
     diverged = rd.RunSummary(Status.DIVERGED, reason=why, steps=3, target_steps=4, tokens=1536, wall_time_s=10.2)
     assert summary_line(diverged) == f"diverged: 3/4 steps, 1,536 tokens, 0:00:10 | {why}"
+
+
+def test_pipeline_note_gives_the_fill_and_drain_share_by_hand():
+    """1F1B over P stages and m micro-batches: (P - 1) idle slots of (m + P - 1) per stage."""
+    from training.loop_parts import pipeline_note
+
+    assert "2 stages, 2 micro-batches per step: about 33% of each step" in pipeline_note(2, 2)  # 1/3
+    assert "about 9% of each step" in pipeline_note(4, 32)  # 3/35 = 0.0857
+    assert "about 50% of each step" in pipeline_note(8, 7)  # 7/14

@@ -158,6 +158,19 @@ def train_line(
     return " | ".join(parts)
 
 
+def pipeline_note(stages: int, microbatches: int) -> str:
+    """What a pipeline of ``stages`` costs a step of ``microbatches`` (1F1B without interleaving):
+    each stage idles (stages - 1) of the step's (microbatches + stages - 1) slots while the
+    pipeline fills and drains. Megatron-LM prints nothing about it; a multi-node user sizing
+    the global batch needs to know."""
+    idle = (stages - 1) / (microbatches + stages - 1)
+    return (
+        f"pipeline: {stages} stages, {microbatches} micro-batches per step: about {idle:.0%} of each step is "
+        f"the pipeline filling and draining ((stages - 1) / (micro-batches + stages - 1)); "
+        f"more micro-batches per step (a larger training.global_batch_size or smaller micro_batch_size) shrink it"
+    )
+
+
 def perplexity(loss: float) -> float:
     """``exp(loss)``, Megatron-LM's ``lm loss PPL``; inf where it overflows a float."""
     return math.inf if loss >= 709.0 else math.exp(loss)  # nan stays nan

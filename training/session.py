@@ -53,6 +53,7 @@ from rundir.files import (
     truncate_diagnostics,
     truncate_metrics,
 )
+from training.loop_parts import pipeline_note
 
 # Config keys that may change between a run and its resume (they do not change the math; the
 # throughput switches change float rounding at most, and runs written before they existed resume).
@@ -266,6 +267,8 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         cfg.training.micro_batch_size,
         plan.dp_size,
     )
+    if par.pipeline_model_parallel_size > 1:
+        log.info("%s", pipeline_note(par.pipeline_model_parallel_size, plan.num_microbatches))
     return Session(
         cfg=cfg,
         run_dir=run_dir,
