@@ -116,3 +116,29 @@ def test_lm_eval_step_without_a_checkpoint_names_the_steps_that_have_one(run_dir
     err = capsys.readouterr().err
     assert err == f"error: {run_dir}: no checkpoint at step 7 in {run_dir / 'checkpoints'}; steps with one: 30\n"
     assert "Traceback" not in err
+
+
+def test_a_request_without_context_starts_after_the_end_of_document_token(run_dir, megatron):
+    """lm-eval scores a text without a context (loglikelihood_rolling: wikitext-style perplexity)
+    after the tokenizer's BOS. The model saw every document after EOD and never saw "<s>": the
+    export's BOS is EOD, and lm-eval's score equals megatron's for [EOD] + the text."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from data_prep.tokenizer import load_tokenizer
+    from training.checkpoint import find_checkpoint, load_model_weights
+    from training.export_hf import read_run_config
+
+    assert main(["lm-eval", str(run_dir), "--tasks", "pydoc_continuation", "--limit", "1"]) == 0  # exports
+    cfg = read_run_config(run_dir)
+    manifest = json.loads((REPO / cfg.data.manifest / "manifest.json").read_text())
+    tok = load_tokenizer(REPO / cfg.data.manifest / manifest["tokenizer"]["path"])
+    lm = HFLM(pretrained=str(run_dir / "hf"), dtype="float32", batch_size=1, device="cpu")
+    assert (lm.prefix_token_id, tok.eod, tok.bos) == (2, 2, 1)
+    texts = ["The with statement wraps a block.", "Class definitions create a class object."]
+    requests = [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
+    scores = lm.loglikelihood_rolling(requests, disable_tqdm=True)
+    model = load_model_weights(cfg, find_checkpoint(run_dir))
+    for text, score in zip(texts, scores):
+        ids = tok.encode(text)
+        assert score == pytest.approx(megatron_loglik(model, [tok.eod], ids, cfg.model.seq_length), abs=1e-3)
