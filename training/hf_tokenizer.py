@@ -114,7 +114,8 @@ def encoding_parity(ours: RunTokenizer, exported_dir: Path, texts: Sequence[str]
     from transformers import AutoTokenizer
 
     theirs = AutoTokenizer.from_pretrained(str(exported_dir))
-    probes = [f"a {t} b, x{t}y" for t in sorted(set(theirs.all_special_tokens))]
+    specials = {t.content for t in theirs.added_tokens_decoder.values()} | set(theirs.all_special_tokens)
+    probes = [f"a {t} b, x{t}y" for t in sorted(specials)]
     same = decoded = 0
     first_difference = None
     for text in [*texts, *probes]:
