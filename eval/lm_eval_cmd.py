@@ -34,7 +34,7 @@ from rundir.files import (
     latest_checkpoint,
     step_dir_name,
 )
-from training.export_hf import EXPORT_FILE, NoTokenizerError, export
+from training.export_hf import EXPORT_FILE, NoTokenizerError, export, refuse_diverged
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
@@ -94,6 +94,7 @@ def model_folder(target: Path, step: Optional[int]) -> tuple[Path, Path]:
         return target, target
     if not (target / CONFIG_FILE).is_file():
         raise RunDirError(f"{target}: neither a run directory ({CONFIG_FILE}) nor an export folder ({EXPORT_FILE})")
+    refuse_diverged(target, step)  # before an earlier export of its latest checkpoint is reused
     folder = target / HF_EXPORT_DIR
     record = json.loads((folder / EXPORT_FILE).read_text()) if (folder / EXPORT_FILE).is_file() else None
     wanted = step_dir_name(step) if step is not None else getattr(latest_checkpoint(target), "name", None)

@@ -345,3 +345,43 @@ def test_exported_config_starts_documents_with_the_end_of_document_token(tmp_pat
         cfg = read_run_config(config_only_run(tmp_path / layout, *overrides))
         config = hf_config(layout, cfg, 512, 7)
         assert (config.bos_token_id, config.eos_token_id, config.architectures) == (7, 7, [ARCH[layout]])
+
+
+def diverged_run(tmp_path: Path, steps: tuple[int, ...]) -> Path:
+    """A run that diverged at step 11 after keeping checkpoints at ``steps`` (folders only)."""
+    run = config_only_run(tmp_path)
+    summary = {"status": "diverged", "reason": "loss 10.71 above bound 9.238 at step 11", "exit_code": 3, "steps": 11}
+    (run / "summary.json").write_text(json.dumps(summary))
+    for step in steps:
+        kept = run / "checkpoints" / f"step_{step:08d}"
+        kept.mkdir(parents=True)
+        (kept / "common.json").write_text(json.dumps({"step": step}))
+        (run / "checkpoints" / "latest").write_text(f"step_{step:08d}\n")
+    return run
+
+
+def test_a_diverged_run_is_exported_only_at_a_step_asked_for(tmp_path, capsys):
+    """A diverged run's latest checkpoint is from before it diverged: exporting it as the run's
+    result (it exported step 10 of a run that diverged at step 11, exit 0, and lm-eval scored it)
+    is refused, exit 2, naming summary.json, the reason and the steps kept; --step exports one."""
+    from eval.__main__ import main as eval_main
+
+    run = diverged_run(tmp_path, (8, 10))
+    assert main([str(run), "--out", str(tmp_path / "hf")]) == 2
+    message = (
+        f"error: {run / 'summary.json'}: the run diverged (loss 10.71 above bound 9.238 at step 11); its "
+        "checkpoints (steps 8, 10) are from before that: --step N exports one of them\n"
+    )
+    assert capsys.readouterr().err == message and not (tmp_path / "hf").exists()
+    assert eval_main(["lm-eval", str(run), "--tasks", "pydoc_continuation"]) == 2
+    assert capsys.readouterr().err == message
+    # --step: past the check (this checkpoint folder holds no weights, so the load then refuses it)
+    assert main([str(run), "--out", str(tmp_path / "hf"), "--step", "10"]) == 2
+    assert "has neither model_tp0_pp0.pt" in capsys.readouterr().err
+    (tmp_path / "early").mkdir()
+    empty = diverged_run(tmp_path / "early", ())
+    assert main([str(empty), "--out", str(tmp_path / "hf")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {empty / 'summary.json'}: the run diverged (loss 10.71 above bound 9.238 at step 11) "
+        "before its first checkpoint: nothing to export\n"
+    )

@@ -38,8 +38,8 @@ from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
-from rundir.contract import ExitCode
-from rundir.files import CONFIG_FILE, RunDirError
+from rundir.contract import SUMMARY_FILE, ExitCode, Status
+from rundir.files import CONFIG_FILE, RunDirError, checkpoint_steps, read_summary
 from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
@@ -66,6 +66,22 @@ def read_run_config(run_dir: Path) -> RunConfig:
     if not path.is_file():
         raise RunDirError(f"{path}: missing (not a run directory, or the run never started)")
     return load_config(RunConfig, path)
+
+
+def refuse_diverged(run_dir: Path, step: Optional[int]) -> None:
+    """A diverged run's checkpoints are from before it diverged, none of them its result: without
+    ``step`` (the latest checkpoint) it is refused, naming ``summary.json``, the reason and the
+    steps kept."""
+    summary = read_summary(run_dir)
+    if step is not None or summary is None or summary.status != Status.DIVERGED:
+        return
+    where = f"{run_dir / SUMMARY_FILE}: the run diverged ({summary.reason})"
+    kept = checkpoint_steps(run_dir)
+    if not kept:
+        raise ExportError(f"{where} before its first checkpoint: nothing to export")
+    raise ExportError(
+        f"{where}; its checkpoints (steps {', '.join(map(str, kept))}) are from before that: --step N exports one of them"
+    )
 
 
 def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], int, int]:
@@ -188,6 +204,7 @@ def export(
 
     run_dir, out = Path(run_dir), Path(out)
     cfg = read_run_config(run_dir)
+    refuse_diverged(run_dir, step)
     resolved = resolve(cfg)
     layout = choose_layout(cfg, resolved)
     ckpt = find_checkpoint(run_dir, step)
