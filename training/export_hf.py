@@ -292,7 +292,9 @@ def _report(args: argparse.Namespace, record: dict) -> ExitCode:
     )
     if record["tokenizer"]:
         tp = record["tokenizer"]["parity"]
-        print(f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents and special-token probes encode identically")
+        print(
+            f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents and special-token probes encode identically"
+        )
     else:
         print("tokenizer: none (--weights-only)")
     if not record["passed"]:
