@@ -164,6 +164,10 @@ def evaluate(folder: Path, args: argparse.Namespace) -> tuple[dict[str, Any], li
         "checkpoint": record["checkpoint"],
         "step": record["step"],
         "tasks": scores,
+        "higher_is_better": {
+            task: {k: v for k, v in metrics.items() if isinstance(v, bool)}
+            for task, metrics in (out.get("higher_is_better") or {}).items()
+        },
         "settings": {"num_fewshot": args.num_fewshot, "limit": args.limit, "dtype": args.dtype},
         "n_samples": {t: v.get("effective", v.get("original")) for t, v in out.get("n-samples", {}).items()},
     }

@@ -74,6 +74,7 @@ def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
     scores = result["tasks"]["pydoc_continuation"]
     assert result["n_samples"]["pydoc_continuation"] == 8 and 0.0 <= scores["acc"] <= 1.0
     assert result["checkpoint"] == "step_00000030"
+    assert result["higher_is_better"] == {"pydoc_continuation": {"acc": True, "acc_norm": True}}  # eval transfer's
 
     export = json.loads((run_dir / "hf" / "export.json").read_text())
     assert export["passed"] and export["tokenizer"]["type"] == "sentencepiece"
