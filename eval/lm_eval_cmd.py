@@ -174,6 +174,19 @@ def evaluate(folder: Path, args: argparse.Namespace) -> tuple[dict[str, Any], li
     return record, _sample_rows(out.get("samples") or {})
 
 
+def summary_line(tasks: dict[str, dict[str, Any]]) -> str:
+    """Each task's own metrics (with their standard errors where lm-eval gives one), for the console."""
+
+    def metric(name: str, values: dict[str, Any]) -> str:
+        stderr = values.get(f"{name}_stderr")
+        return f"{name} {values[name]:.4g}" + (f" ± {stderr:.4g}" if isinstance(stderr, (int, float)) else "")
+
+    return "; ".join(
+        f"{task} " + ", ".join(metric(k, m) for k in m if k != "sample_len" and not k.endswith("_stderr"))
+        for task, m in tasks.items()
+    )
+
+
 def run(args: argparse.Namespace) -> ExitCode:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: never wait on the network
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,9 +207,5 @@ def run(args: argparse.Namespace) -> ExitCode:
         atomic_write_text(dest / LM_EVAL_FILE, json.dumps(result, indent=1))
         if samples:
             atomic_write_text(dest / LM_EVAL_SAMPLES_FILE, "".join(json.dumps(r) + "\n" for r in samples))
-        summary = ", ".join(
-            f"{task} acc {m.get('acc', float('nan')):.3f} ± {m.get('acc_stderr', float('nan')):.3f}"
-            for task, m in result["tasks"].items()
-        )
-        print(f"{target}: {summary} -> {dest / LM_EVAL_FILE}")
+        print(f"{target}: {summary_line(result['tasks'])} -> {dest / LM_EVAL_FILE}")
     return status

@@ -143,3 +143,16 @@ def test_a_request_without_context_starts_after_the_end_of_document_token(run_di
     for text, score in zip(texts, scores):
         ids = tok.encode(text)
         assert score == pytest.approx(megatron_loglik(model, [tok.eod], ids, cfg.model.seq_length), abs=1e-3)
+
+
+def test_the_summary_line_names_each_task_s_own_metrics():
+    """A perplexity task has no acc: its line said "acc nan ± nan"; it gives the task's metrics."""
+    from eval.lm_eval_cmd import summary_line
+
+    tasks = {
+        "pydoc_ppl": {"sample_len": 3, "word_perplexity": 2548432875.85, "bits_per_byte": 3.64548},
+        "pydoc_continuation": {"sample_len": 10, "acc": 0.4, "acc_stderr": 0.163299, "acc_norm": 0.3},
+    }
+    assert summary_line(tasks) == (
+        "pydoc_ppl word_perplexity 2.548e+09, bits_per_byte 3.645; pydoc_continuation acc 0.4 ± 0.1633, acc_norm 0.3"
+    )
