@@ -1,8 +1,9 @@
 """``python -m eval lm-eval TARGET... --tasks T[,T...]``: downstream scores through lm-evaluation-harness.
 
 TARGET is a run directory (exported first with ``training.export_hf`` into ``RUN_DIR/hf``,
-reused while it holds the latest checkpoint) or an export folder. The model goes to
-lm-eval's ``hf`` backend exactly as any Hugging Face checkpoint would; an export whose parity
+reused while it holds the latest checkpoint in the current export format) or an export
+folder. The model goes to lm-eval's ``hf`` backend exactly as any Hugging Face checkpoint
+would; an export whose parity
 check failed is refused. Results go to ``lm_eval.json`` next to ``config.yaml`` (run) or
 ``export.json`` (folder): per task, each metric and its standard error, with the lm-eval
 version, the task settings and the checkpoint. ``eval transfer`` reads them from a sweep's
@@ -34,7 +35,7 @@ from rundir.files import (
     latest_checkpoint,
     step_dir_name,
 )
-from training.export_hf import EXPORT_FILE, NoTokenizerError, export, refuse_diverged
+from training.export_hf import EXPORT_FILE, EXPORT_FORMAT_VERSION, NoTokenizerError, export, refuse_diverged
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
@@ -98,7 +99,8 @@ def model_folder(target: Path, step: Optional[int]) -> tuple[Path, Path]:
     folder = target / HF_EXPORT_DIR
     record = json.loads((folder / EXPORT_FILE).read_text()) if (folder / EXPORT_FILE).is_file() else None
     wanted = step_dir_name(step) if step is not None else getattr(latest_checkpoint(target), "name", None)
-    if record is None or record.get("checkpoint") != wanted:
+    current = record is not None and record.get("format_version") == EXPORT_FORMAT_VERSION
+    if not current or record.get("checkpoint") != wanted:
         export(target, folder, step)
     return folder, target
 

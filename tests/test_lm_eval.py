@@ -156,3 +156,29 @@ def test_the_summary_line_names_each_task_s_own_metrics():
     assert summary_line(tasks) == (
         "pydoc_ppl word_perplexity 2.548e+09, bits_per_byte 3.645; pydoc_continuation acc 0.4 ± 0.1633, acc_norm 0.3"
     )
+
+
+def test_an_export_of_an_older_format_is_redone(tmp_path, monkeypatch):
+    """An export written before the tokenizer fix (format 1: BOS "<s>", "</s>" in text read as
+    EOD) of the checkpoint asked for was reused as it was; it is exported again, once."""
+    import eval.lm_eval_cmd as cmd
+    from training.export_hf import EXPORT_FORMAT_VERSION
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000030").mkdir(parents=True)
+    (run / "checkpoints" / "step_00000030" / "common.json").write_text('{"step": 30}')
+    (run / "checkpoints" / "latest").write_text("step_00000030\n")
+    (run / "config.yaml").write_text("{}\n")
+    (run / "hf").mkdir()
+    exported = []
+
+    def fake_export(target, folder, step):
+        exported.append((target, folder, step))
+        record = {"format_version": EXPORT_FORMAT_VERSION, "checkpoint": "step_00000030"}
+        (folder / "export.json").write_text(json.dumps(record))
+
+    monkeypatch.setattr(cmd, "export", fake_export)
+    (run / "hf" / "export.json").write_text(json.dumps({"format_version": 1, "checkpoint": "step_00000030"}))
+    assert EXPORT_FORMAT_VERSION == 2
+    assert cmd.model_folder(run, None) == (run / "hf", run) and exported == [(run, run / "hf", None)]
+    assert cmd.model_folder(run, None) == (run / "hf", run) and len(exported) == 1  # now current: reused

@@ -45,7 +45,7 @@ from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
 
 EXPORT_FILE = "export.json"
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 2  # 2: BOS is EOD, a SentencePiece export reads "</s>" in text as characters
 LOGIT_RTOL = 1e-4  # max |logit difference| / max |logit|, float32
 LOSS_ATOL = 1e-5  # nats
 
