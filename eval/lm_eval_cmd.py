@@ -1,8 +1,9 @@
 """``python -m eval lm-eval TARGET... --tasks T[,T...]``: downstream scores through lm-evaluation-harness.
 
 TARGET is a run directory (exported first with ``training.export_hf`` into ``RUN_DIR/hf``,
-reused while it holds the latest checkpoint) or an export folder. The model goes to
-lm-eval's ``hf`` backend exactly as any Hugging Face checkpoint would; an export whose parity
+reused while it holds the latest checkpoint in the current export format) or an export
+folder. The model goes to lm-eval's ``hf`` backend exactly as any Hugging Face checkpoint
+would; an export whose parity
 check failed is refused. Results go to ``lm_eval.json`` next to ``config.yaml`` (run) or
 ``export.json`` (folder): per task, each metric and its standard error, with the lm-eval
 version, the task settings and the checkpoint. ``eval transfer`` reads them from a sweep's
@@ -34,7 +35,7 @@ from rundir.files import (
     latest_checkpoint,
     step_dir_name,
 )
-from training.export_hf import EXPORT_FILE, NoTokenizerError, export
+from training.export_hf import EXPORT_FILE, EXPORT_FORMAT_VERSION, NoTokenizerError, export, refuse_diverged
 
 HELP = "score run directories or exported models on lm-evaluation-harness tasks (hf backend)"
 TASKS_DIR = Path(__file__).with_name("lm_eval_tasks")
@@ -94,10 +95,12 @@ def model_folder(target: Path, step: Optional[int]) -> tuple[Path, Path]:
         return target, target
     if not (target / CONFIG_FILE).is_file():
         raise RunDirError(f"{target}: neither a run directory ({CONFIG_FILE}) nor an export folder ({EXPORT_FILE})")
+    refuse_diverged(target, step)  # before an earlier export of its latest checkpoint is reused
     folder = target / HF_EXPORT_DIR
     record = json.loads((folder / EXPORT_FILE).read_text()) if (folder / EXPORT_FILE).is_file() else None
     wanted = step_dir_name(step) if step is not None else getattr(latest_checkpoint(target), "name", None)
-    if record is None or record.get("checkpoint") != wanted:
+    current = record is not None and record.get("format_version") == EXPORT_FORMAT_VERSION
+    if not current or record.get("checkpoint") != wanted:
         export(target, folder, step)
     return folder, target
 
@@ -163,10 +166,27 @@ def evaluate(folder: Path, args: argparse.Namespace) -> tuple[dict[str, Any], li
         "checkpoint": record["checkpoint"],
         "step": record["step"],
         "tasks": scores,
+        "higher_is_better": {
+            task: {k: v for k, v in metrics.items() if isinstance(v, bool)}
+            for task, metrics in (out.get("higher_is_better") or {}).items()
+        },
         "settings": {"num_fewshot": args.num_fewshot, "limit": args.limit, "dtype": args.dtype},
         "n_samples": {t: v.get("effective", v.get("original")) for t, v in out.get("n-samples", {}).items()},
     }
     return record, _sample_rows(out.get("samples") or {})
+
+
+def summary_line(tasks: dict[str, dict[str, Any]]) -> str:
+    """Each task's own metrics (with their standard errors where lm-eval gives one), for the console."""
+
+    def metric(name: str, values: dict[str, Any]) -> str:
+        stderr = values.get(f"{name}_stderr")
+        return f"{name} {values[name]:.4g}" + (f" ± {stderr:.4g}" if isinstance(stderr, (int, float)) else "")
+
+    return "; ".join(
+        f"{task} " + ", ".join(metric(k, m) for k in m if k != "sample_len" and not k.endswith("_stderr"))
+        for task, m in tasks.items()
+    )
 
 
 def run(args: argparse.Namespace) -> ExitCode:
@@ -189,9 +209,5 @@ def run(args: argparse.Namespace) -> ExitCode:
         atomic_write_text(dest / LM_EVAL_FILE, json.dumps(result, indent=1))
         if samples:
             atomic_write_text(dest / LM_EVAL_SAMPLES_FILE, "".join(json.dumps(r) + "\n" for r in samples))
-        summary = ", ".join(
-            f"{task} acc {m.get('acc', float('nan')):.3f} ± {m.get('acc_stderr', float('nan')):.3f}"
-            for task, m in result["tasks"].items()
-        )
-        print(f"{target}: {summary} -> {dest / LM_EVAL_FILE}")
+        print(f"{target}: {summary_line(result['tasks'])} -> {dest / LM_EVAL_FILE}")
     return status

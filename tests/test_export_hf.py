@@ -37,6 +37,7 @@ LAYOUTS = {
         "model.num_query_groups=2",
     ],
 }
+ARCH = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}
 DEFAULT_CASES = [("sp", "gpt2", 1), ("mup", "llama", 1), ("depth_mup", "gpt2", 2), ("ode", "llama", 2)]
 ALL_CASES = [(p, layout, tp) for p in ("sp", "mup", "depth_mup", "ode") for layout in LAYOUTS for tp in (1, 2)]
 SLOW_CASES = [c for c in ALL_CASES if c not in DEFAULT_CASES]
@@ -69,7 +70,7 @@ def check_export(run_dir: Path, out: Path, layout: str, preset: str, weights_onl
     assert p["max_rel_logit_diff"] <= LOGIT_RTOL and p["loss_diff"] <= LOSS_ATOL, p
     assert p["tokens"] >= 8 * 64 - 8 and record["passed"]
     model = AutoModelForCausalLM.from_pretrained(str(out))  # stock class, no custom code
-    assert type(model).__name__ == {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[layout]
+    assert type(model).__name__ == ARCH[layout]
     return record
 
 
@@ -287,3 +288,100 @@ def test_tokenizer_parity_on_documents_longer_than_the_model_warns_of_nothing(tm
     record = encoding_parity(Ours(), tmp_path, texts)
     assert record["identical_ids"] == 1
     assert "indexing errors" not in "".join(capfd.readouterr())
+
+
+@pytest.fixture(scope="module")
+def sp_tokenizer(tmp_path_factory):
+    """A SentencePiece BPE model as data_prep trains it (control pieces <unk>=0, <s>=1, </s>=2)."""
+    from data_prep.config import TokenizerConfig
+    from data_prep.tokenizer import load_tokenizer, train_sentencepiece
+    from tests.data_prep_fixtures import english_doc
+
+    path = tmp_path_factory.mktemp("sp") / "tokenizer.model"
+    train_sentencepiece([english_doc(i) for i in range(40)], path, TokenizerConfig(vocab_size=400, train_threads=1))
+    return path, load_tokenizer(path)
+
+
+SPECIAL_TEXTS = ["a </s> b", "x<s>y", "<unk>", "code: if a<s>b: print('</s>')"]
+
+
+def test_sentencepiece_export_encodes_special_token_strings_as_text(tmp_path, sp_tokenizer):
+    """data_prep's SentencePiece encodes the text "</s>" as characters, never as the EOD id: the
+    exported tokenizer must too (it matched "<s>", "</s>", "<unk>" in text as the control ids 1, 2, 0,
+    ids the model never saw there), and its BOS is the document boundary the model trained on
+    (EOD, id 2), not "<s>" (id 1), which no training sequence holds: lm-eval prefixes that id to
+    every empty-context request."""
+    from transformers import AutoTokenizer
+
+    from training.hf_tokenizer import encoding_parity, export_tokenizer
+
+    path, ours = sp_tokenizer
+    record = export_tokenizer(path, ours.eod, tmp_path, 64)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))
+    for text in SPECIAL_TEXTS:
+        ids = theirs.encode(text, add_special_tokens=False)
+        assert ids == ours.encode(text), text
+        assert not {0, 1, 2} & set(ids)
+        assert theirs.decode(ids) == text
+    assert theirs("a </s> b")["input_ids"] == ours.encode("a </s> b")  # add_special_tokens adds nothing
+    assert (theirs.bos_token_id, theirs.eos_token_id, ours.eod, ours.bos) == (2, 2, 2, 1)
+    assert record["bos_token"] == record["eos_token"] == "</s>"
+    # the parity check probes every special token's string, so a tokenizer that reads them as
+    # control ids fails it even when no held-out document holds one
+    parity = encoding_parity(ours, tmp_path, ["plain text"])
+    assert parity["texts"] == parity["identical_ids"] == parity["identical_decode"] > 1
+    theirs.split_special_tokens = False
+    theirs.save_pretrained(str(tmp_path / "matching"))
+    bad = encoding_parity(ours, tmp_path / "matching", ["plain text"])
+    assert bad["identical_ids"] == 1 < bad["texts"] and "</s>" in bad["first_difference"]["text"]
+
+
+def test_exported_config_starts_documents_with_the_end_of_document_token(tmp_path):
+    from training.export_hf import read_run_config
+    from training.hf_layout import hf_config
+
+    for layout, overrides in LAYOUTS.items():
+        (tmp_path / layout).mkdir()
+        cfg = read_run_config(config_only_run(tmp_path / layout, *overrides))
+        config = hf_config(layout, cfg, 512, 7)
+        assert (config.bos_token_id, config.eos_token_id, config.architectures) == (7, 7, [ARCH[layout]])
+
+
+def diverged_run(tmp_path: Path, steps: tuple[int, ...]) -> Path:
+    """A run that diverged at step 11 after keeping checkpoints at ``steps`` (folders only)."""
+    run = config_only_run(tmp_path)
+    summary = {"status": "diverged", "reason": "loss 10.71 above bound 9.238 at step 11", "exit_code": 3, "steps": 11}
+    (run / "summary.json").write_text(json.dumps(summary))
+    for step in steps:
+        kept = run / "checkpoints" / f"step_{step:08d}"
+        kept.mkdir(parents=True)
+        (kept / "common.json").write_text(json.dumps({"step": step}))
+        (run / "checkpoints" / "latest").write_text(f"step_{step:08d}\n")
+    return run
+
+
+def test_a_diverged_run_is_exported_only_at_a_step_asked_for(tmp_path, capsys):
+    """A diverged run's latest checkpoint is from before it diverged: exporting it as the run's
+    result (it exported step 10 of a run that diverged at step 11, exit 0, and lm-eval scored it)
+    is refused, exit 2, naming summary.json, the reason and the steps kept; --step exports one."""
+    from eval.__main__ import main as eval_main
+
+    run = diverged_run(tmp_path, (8, 10))
+    assert main([str(run), "--out", str(tmp_path / "hf")]) == 2
+    message = (
+        f"error: {run / 'summary.json'}: the run diverged (loss 10.71 above bound 9.238 at step 11); its "
+        "checkpoints (steps 8, 10) are from before that: --step N exports one of them\n"
+    )
+    assert capsys.readouterr().err == message and not (tmp_path / "hf").exists()
+    assert eval_main(["lm-eval", str(run), "--tasks", "pydoc_continuation"]) == 2
+    assert capsys.readouterr().err == message
+    # --step: past the check (this checkpoint folder holds no weights, so the load then refuses it)
+    assert main([str(run), "--out", str(tmp_path / "hf"), "--step", "10"]) == 2
+    assert "has neither model_tp0_pp0.pt" in capsys.readouterr().err
+    (tmp_path / "early").mkdir()
+    empty = diverged_run(tmp_path / "early", ())
+    assert main([str(empty), "--out", str(tmp_path / "hf")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {empty / 'summary.json'}: the run diverged (loss 10.71 above bound 9.238 at step 11) "
+        "before its first checkpoint: nothing to export\n"
+    )

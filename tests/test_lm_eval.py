@@ -74,6 +74,7 @@ def test_lm_eval_scores_the_exported_model_as_megatron_would(run_dir, megatron):
     scores = result["tasks"]["pydoc_continuation"]
     assert result["n_samples"]["pydoc_continuation"] == 8 and 0.0 <= scores["acc"] <= 1.0
     assert result["checkpoint"] == "step_00000030"
+    assert result["higher_is_better"] == {"pydoc_continuation": {"acc": True, "acc_norm": True}}  # eval transfer's
 
     export = json.loads((run_dir / "hf" / "export.json").read_text())
     assert export["passed"] and export["tokenizer"]["type"] == "sentencepiece"
@@ -116,3 +117,68 @@ def test_lm_eval_step_without_a_checkpoint_names_the_steps_that_have_one(run_dir
     err = capsys.readouterr().err
     assert err == f"error: {run_dir}: no checkpoint at step 7 in {run_dir / 'checkpoints'}; steps with one: 30\n"
     assert "Traceback" not in err
+
+
+def test_a_request_without_context_starts_after_the_end_of_document_token(run_dir, megatron):
+    """lm-eval scores a text without a context (loglikelihood_rolling: wikitext-style perplexity)
+    after the tokenizer's BOS. The model saw every document after EOD and never saw "<s>": the
+    export's BOS is EOD, and lm-eval's score equals megatron's for [EOD] + the text."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from data_prep.tokenizer import load_tokenizer
+    from training.checkpoint import find_checkpoint, load_model_weights
+    from training.export_hf import read_run_config
+
+    assert main(["lm-eval", str(run_dir), "--tasks", "pydoc_continuation", "--limit", "1"]) == 0  # exports
+    cfg = read_run_config(run_dir)
+    manifest = json.loads((REPO / cfg.data.manifest / "manifest.json").read_text())
+    tok = load_tokenizer(REPO / cfg.data.manifest / manifest["tokenizer"]["path"])
+    lm = HFLM(pretrained=str(run_dir / "hf"), dtype="float32", batch_size=1, device="cpu")
+    assert (lm.prefix_token_id, tok.eod, tok.bos) == (2, 2, 1)
+    texts = ["The with statement wraps a block.", "Class definitions create a class object."]
+    requests = [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
+    scores = lm.loglikelihood_rolling(requests, disable_tqdm=True)
+    model = load_model_weights(cfg, find_checkpoint(run_dir))
+    for text, score in zip(texts, scores):
+        ids = tok.encode(text)
+        assert score == pytest.approx(megatron_loglik(model, [tok.eod], ids, cfg.model.seq_length), abs=1e-3)
+
+
+def test_the_summary_line_names_each_task_s_own_metrics():
+    """A perplexity task has no acc: its line said "acc nan ± nan"; it gives the task's metrics."""
+    from eval.lm_eval_cmd import summary_line
+
+    tasks = {
+        "pydoc_ppl": {"sample_len": 3, "word_perplexity": 2548432875.85, "bits_per_byte": 3.64548},
+        "pydoc_continuation": {"sample_len": 10, "acc": 0.4, "acc_stderr": 0.163299, "acc_norm": 0.3},
+    }
+    assert summary_line(tasks) == (
+        "pydoc_ppl word_perplexity 2.548e+09, bits_per_byte 3.645; pydoc_continuation acc 0.4 ± 0.1633, acc_norm 0.3"
+    )
+
+
+def test_an_export_of_an_older_format_is_redone(tmp_path, monkeypatch):
+    """An export written before the tokenizer fix (format 1: BOS "<s>", "</s>" in text read as
+    EOD) of the checkpoint asked for was reused as it was; it is exported again, once."""
+    import eval.lm_eval_cmd as cmd
+    from training.export_hf import EXPORT_FORMAT_VERSION
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000030").mkdir(parents=True)
+    (run / "checkpoints" / "step_00000030" / "common.json").write_text('{"step": 30}')
+    (run / "checkpoints" / "latest").write_text("step_00000030\n")
+    (run / "config.yaml").write_text("{}\n")
+    (run / "hf").mkdir()
+    exported = []
+
+    def fake_export(target, folder, step):
+        exported.append((target, folder, step))
+        record = {"format_version": EXPORT_FORMAT_VERSION, "checkpoint": "step_00000030"}
+        (folder / "export.json").write_text(json.dumps(record))
+
+    monkeypatch.setattr(cmd, "export", fake_export)
+    (run / "hf" / "export.json").write_text(json.dumps({"format_version": 1, "checkpoint": "step_00000030"}))
+    assert EXPORT_FORMAT_VERSION == 2
+    assert cmd.model_folder(run, None) == (run / "hf", run) and exported == [(run, run / "hf", None)]
+    assert cmd.model_folder(run, None) == (run / "hf", run) and len(exported) == 1  # now current: reused

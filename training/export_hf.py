@@ -38,14 +38,14 @@ from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
 from runconfig import load_config
 from runconfig.schema import RunConfig
-from rundir.contract import ExitCode
-from rundir.files import CONFIG_FILE, RunDirError
+from rundir.contract import SUMMARY_FILE, ExitCode, Status
+from rundir.files import CONFIG_FILE, RunDirError, checkpoint_steps, read_summary
 from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
 
 EXPORT_FILE = "export.json"
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 2  # 2: BOS is EOD, a SentencePiece export reads "</s>" in text as characters
 LOGIT_RTOL = 1e-4  # max |logit difference| / max |logit|, float32
 LOSS_ATOL = 1e-5  # nats
 
@@ -66,6 +66,22 @@ def read_run_config(run_dir: Path) -> RunConfig:
     if not path.is_file():
         raise RunDirError(f"{path}: missing (not a run directory, or the run never started)")
     return load_config(RunConfig, path)
+
+
+def refuse_diverged(run_dir: Path, step: Optional[int]) -> None:
+    """A diverged run's checkpoints are from before it diverged, none of them its result: without
+    ``step`` (the latest checkpoint) it is refused, naming ``summary.json``, the reason and the
+    steps kept."""
+    summary = read_summary(run_dir)
+    if step is not None or summary is None or summary.status != Status.DIVERGED:
+        return
+    where = f"{run_dir / SUMMARY_FILE}: the run diverged ({summary.reason})"
+    kept = checkpoint_steps(run_dir)
+    if not kept:
+        raise ExportError(f"{where} before its first checkpoint: nothing to export")
+    raise ExportError(
+        f"{where}; its checkpoints (steps {', '.join(map(str, kept))}) are from before that: --step N exports one of them"
+    )
 
 
 def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], int, int]:
@@ -188,6 +204,7 @@ def export(
 
     run_dir, out = Path(run_dir), Path(out)
     cfg = read_run_config(run_dir)
+    refuse_diverged(run_dir, step)
     resolved = resolve(cfg)
     layout = choose_layout(cfg, resolved)
     ckpt = find_checkpoint(run_dir, step)
@@ -200,7 +217,7 @@ def export(
         megatron_model = load_model_weights(one_process_config(cfg), ckpt)
         state = {k: v for k, v in megatron_model.state_dict().items() if isinstance(v, torch.Tensor)}
         vocab_rows = int(state["embedding.word_embeddings.weight"].shape[0])
-        config = hf_config(layout, cfg, vocab_rows, eod, tok.bos if tok is not None else None)
+        config = hf_config(layout, cfg, vocab_rows, eod)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(hf_state_dict(layout, state, cfg, f), strict=False)
         tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
@@ -229,9 +246,8 @@ def export(
         record["tokenizer"] = export_tokenizer(tokenizer_path, eod, partial, cfg.model.seq_length)
         texts = _heldout_texts(prefixes, tok, eod)
         record["tokenizer"]["parity"] = encoding_parity(tok, partial, texts)
-    record["passed"] = parity["passed"] and (
-        record["tokenizer"] is None or record["tokenizer"]["parity"]["identical_ids"] == len(texts)
-    )
+    tp = record["tokenizer"] and record["tokenizer"]["parity"]
+    record["passed"] = parity["passed"] and (not tp or tp["identical_ids"] == tp["texts"])
     atomic_write_text(partial / EXPORT_FILE, json.dumps(record, indent=1))
     if out.exists():
         shutil.rmtree(out)
@@ -276,7 +292,9 @@ def _report(args: argparse.Namespace, record: dict) -> ExitCode:
     )
     if record["tokenizer"]:
         tp = record["tokenizer"]["parity"]
-        print(f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents encode identically")
+        print(
+            f"tokenizer: {tp['identical_ids']}/{tp['texts']} held-out documents and special-token probes encode identically"
+        )
     else:
         print("tokenizer: none (--weights-only)")
     if not record["passed"]:

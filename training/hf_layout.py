@@ -113,13 +113,14 @@ def folds(cfg: RunConfig, resolved: ResolvedParametrization) -> Folds:
     )
 
 
-def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int, bos_id: int | None) -> Any:
+def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int) -> Any:
     """The transformers config; ``vocab_rows`` is megatron's padded vocabulary (logits over the
-    padding rows enter the softmax in training, so the exported model keeps them)."""
+    padding rows enter the softmax in training, so the exported model keeps them). BOS is the
+    end-of-document id, the token before every document the model trained on (as GPT-2's)."""
     m = cfg.model
     ffn = m.ffn_hidden_size or 4 * m.hidden_size
     tied = not m.untie_embeddings_and_output_weights
-    bos = eod_id if bos_id is None or bos_id < 0 else bos_id
+    bos = eod_id
     if layout == "gpt2":
         from transformers import GPT2Config
 

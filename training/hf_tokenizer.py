@@ -6,7 +6,8 @@
   SentencePiece's own normalization: the dummy prefix ``▁`` once at the start of the text and
   spaces as ``▁`` (a normalizer on the whole text, so a user-defined piece such as ``"\\n"``
   does not restart the prefix; BPE never merges across it because no piece contains it).
-  Control pieces (``<unk>``, ``<s>``, ``</s>``) are special tokens. Unigram models and
+  Control pieces (``<unk>``, ``<s>``, ``</s>``) are special tokens, never matched in text
+  (``split_special_tokens``: SentencePiece encodes the text ``"</s>"`` as characters). Unigram models and
   SentencePiece normalization rules other than identity are refused: they have no exact
   equivalent here, and the export checks equality (:func:`encoding_parity`), not similarity.
 """
@@ -79,19 +80,28 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path, model_max_len
     eos = tok.id_to_token(eod_id)
     if eos is None:
         raise TokenizerExportError(f"{path}: end-of-document id {eod_id} is not in the vocabulary")
-    specials = {"eos_token": eos}
-    for key, candidates in (("bos_token", ("<s>", "<|begin_of_text|>")), ("unk_token", ("<unk>",))):
-        found = [c for c in candidates if tok.token_to_id(c) is not None]
-        if found:
-            specials[key] = found[0]
+    # BOS is the end-of-document token, as GPT-2's: data_prep puts EOD after every document and
+    # nothing before one, so EOD is what the model saw before a document starts ("<s>" it never
+    # saw; lm-eval prefixes the BOS to every request without a context).
+    specials = {"eos_token": eos, "bos_token": eos}
+    if tok.token_to_id("<unk>") is not None:
+        specials["unk_token"] = "<unk>"
     wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tok, clean_up_tokenization_spaces=False, model_max_length=model_max_length, **specials
+        tokenizer_object=tok,
+        clean_up_tokenization_spaces=False,
+        model_max_length=model_max_length,
+        # SentencePiece encodes the text "</s>" as characters; a tokenizer.json (data_prep's
+        # tokenizers encode) matches its special tokens in text: each export does as the data did
+        split_special_tokens=kind == "sentencepiece",
+        **specials,
     )
     wrapped.save_pretrained(str(out_dir))
     return {
         "source": str(path),
         "type": kind,
         "eos_token": eos,
+        "bos_token": eos,
+        "split_special_tokens": kind == "sentencepiece",
         "eod_id": eod_id,
         "model_max_length": model_max_length,
     }
@@ -99,13 +109,16 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path, model_max_len
 
 def encoding_parity(ours: RunTokenizer, exported_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
     """Encode ``texts`` with the run's tokenizer (data_prep's) and the exported one: how many
-    agree exactly, and whether the export decodes the run's ids back to each text."""
+    agree exactly, and whether the export decodes the run's ids back to each text. Each special
+    token's string in a sentence is checked too (held-out documents seldom hold one)."""
     from transformers import AutoTokenizer
 
     theirs = AutoTokenizer.from_pretrained(str(exported_dir))
+    specials = {t.content for t in theirs.added_tokens_decoder.values()} | set(theirs.all_special_tokens)
+    probes = [f"a {t} b, x{t}y" for t in sorted(specials)]
     same = decoded = 0
     first_difference = None
-    for text in texts:
+    for text in [*texts, *probes]:
         a = ours.encode(text)
         b = theirs.encode(text, add_special_tokens=False, verbose=False)  # whole documents, as data_prep encodes them
         same += a == b
@@ -113,7 +126,7 @@ def encoding_parity(ours: RunTokenizer, exported_dir: Path, texts: Sequence[str]
         if a != b and first_difference is None:
             first_difference = {"text": text[:200], "run": a[:20], "export": b[:20]}
     return {
-        "texts": len(texts),
+        "texts": len(texts) + len(probes),
         "identical_ids": same,
         "identical_decode": decoded,
         "first_difference": first_difference,
