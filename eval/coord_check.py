@@ -279,6 +279,28 @@ def check_axes(depths: list[int], widths: list[int] | None) -> str | None:
     return None
 
 
+def prepare(cfg: RunConfig, depths: list[int], widths: list[int] | None) -> RunConfig:
+    """The config every shape is built from; raises ValueError naming the flag and value when
+    the shapes give no slope or a shape cannot be built (e.g. a width the heads do not divide)."""
+    from runconfig.schema import resolve
+
+    why = check_axes(depths, widths)
+    if why:
+        raise ValueError(why)
+    if len(widths or []) >= 2 and cfg.parametrization.base_hidden_size is None:
+        # Unset, every width would be its own base (m_d = 1: muP is SP at each width).
+        par = dataclasses.replace(cfg.parametrization, base_hidden_size=min(widths))
+        cfg = dataclasses.replace(cfg, parametrization=par)
+    for width in widths or [None]:
+        for depth in depths:
+            try:
+                resolve(_with(cfg, depth, width))
+            except ValueError as exc:
+                shape = f"--depths {depth}" + (f" --widths {width}" if width is not None else "")
+                raise ValueError(f"{shape}: {exc}") from None
+    return cfg
+
+
 def run_check(
     cfg: RunConfig, depths: list[int], widths: list[int] | None, steps: int, seed: int = 0, progress: bool = True
 ) -> dict[str, Any]:
@@ -289,13 +311,7 @@ def run_check(
 
     from training.distributed import single_process
 
-    why = check_axes(depths, widths)
-    if why:
-        raise ValueError(why)
-    if len(widths or []) >= 2 and cfg.parametrization.base_hidden_size is None:
-        # Unset, every width would be its own base (m_d = 1: muP is SP at each width).
-        par = dataclasses.replace(cfg.parametrization, base_hidden_size=min(widths))
-        cfg = dataclasses.replace(cfg, parametrization=par)
+    cfg = prepare(cfg, depths, widths)
     shapes = [(d, w) for w in (widths or [None]) for d in depths]
     results: dict[str, Any] = {
         "depths": depths, "widths": widths, "steps": steps, "shapes": [], "slopes": {}, "width_slopes": {},
@@ -476,9 +492,10 @@ def run(args: argparse.Namespace) -> ExitCode:
         return ExitCode.USAGE
     if args.yaida_s is not None:
         return _run_yaida(cfg, args)
-    why = check_axes(args.depths, args.widths)
-    if why:
-        print(f"error: {why}", file=sys.stderr)
+    try:
+        prepare(cfg, args.depths, args.widths)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
     results["max_slope"] = args.max_slope

@@ -66,6 +66,11 @@ def test_one_depth_one_width_is_refused(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
     assert main(["coord-check", "--config", str(TINY), "--widths", "64", "64", "--depths", "2"]) == 2
     assert "--widths: [64, 64] repeats a value" in capsys.readouterr().err
+    # A width the 4 heads do not divide: exit 2 naming it (was a traceback from inside the run).
+    assert main(["coord-check", "--config", str(TINY), "--widths", "64", "66", "--depths", "2"]) == 2
+    assert "--depths 2 --widths 66: model.hidden_size: 66 is not divisible by model.num_attention_heads=4" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("preset, code", [("sp", 1), ("mup", 0)])
