@@ -343,13 +343,25 @@ def _log_span(ax, values: list[float], min_ratio: float = 16.0) -> None:
     ax.set_ylim(mid / half, mid * half)
 
 
+def _log_rms_axis(ax: Any, ylabel: str) -> None:
+    """Log y axis for RMS values, grid, label, and at least 16x of range (flat data looks flat)."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatterSciNotation())
+    ax.grid(alpha=0.3, which="both")
+    ax.set_ylabel(ylabel)
+    vals = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
+    if vals:
+        _log_span(ax, vals)
+
+
 def plot(results: dict[str, Any], path: Path, title: str) -> None:
     """Per width: stream RMS vs depth (a line per step), change vs depth, per-layer profile."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogFormatterSciNotation
 
     widths = list(results["slopes"])
     steps = results["steps"]
@@ -382,13 +394,7 @@ def plot(results: dict[str, Any], path: Path, title: str) -> None:
             ax.set_xlabel("depth L (layers)")
         row[2].set_xlabel("layer index / L")
         for ax in row:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(LogFormatterSciNotation())
-            ax.grid(alpha=0.3, which="both")
-            ax.set_ylabel(f"RMS (width {width_key})")
-            vals = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
-            if vals:
-                _log_span(ax, vals)
+            _log_rms_axis(ax, f"RMS (width {width_key})")
         row[0].legend(fontsize=7, ncol=2)
         row[2].legend(fontsize=7, ncol=2)
     fig.suptitle(title)
@@ -413,7 +419,6 @@ def plot_width(results: dict[str, Any], path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogFormatterSciNotation
 
     depths = list(results["width_slopes"])
     steps = results["steps"]
@@ -438,13 +443,7 @@ def plot_width(results: dict[str, Any], path: Path, title: str) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xticks(widths, [str(w) for w in widths])
             ax.set_xlabel("width n (hidden size)")
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(LogFormatterSciNotation())
-            ax.grid(alpha=0.3, which="both")
-            ax.set_ylabel(f"RMS (depth {depth_key})")
-            vals = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
-            if vals:
-                _log_span(ax, vals)
+            _log_rms_axis(ax, f"RMS (depth {depth_key})")
             ax.legend(fontsize=7, ncol=2)
     fig.suptitle(title)
     fig.tight_layout()
