@@ -12,7 +12,8 @@ itself scales like sqrt(gamma).
 Settings forced by the check: ``parametrization.width=yaida`` with each s, SGD (the family
 has no Adam rule), no gradient clipping (a global norm clip rescales the update by a
 width-dependent factor, which no per-role rule can undo), ``base_hidden_size`` = the
-smallest width unless the config sets it, and ``base_head_dim`` = its head size.
+smallest width unless the config sets it (``base_head_dim``, unless set, is that width's head
+size: :func:`patches.rules.base_head_dim`).
 """
 
 from __future__ import annotations
@@ -29,14 +30,9 @@ from runconfig.schema import RunConfig
 def yaida_config(cfg: RunConfig, s: float, base_hidden_size: int) -> RunConfig:
     """``cfg`` under the yaida width rule with metaparameter ``s`` and no gradient clipping."""
     par = cfg.parametrization
-    head_dim = base_hidden_size // cfg.model.num_attention_heads
     par = dataclasses.replace(
-        par,
-        width="yaida",
-        yaida_s=s,
-        base_hidden_size=par.base_hidden_size or base_hidden_size,
-        base_head_dim=par.base_head_dim or head_dim,
-    )
+        par, width="yaida", yaida_s=s, base_hidden_size=par.base_hidden_size or base_hidden_size
+    )  # base_head_dim unset: the base model's, patches.rules.base_head_dim
     optimizer = dataclasses.replace(cfg.optimizer, clip_grad=0.0)
     return dataclasses.replace(cfg, parametrization=par, optimizer=optimizer)
 

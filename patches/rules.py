@@ -227,6 +227,22 @@ class ResolvedParametrization:
         return emergent_scale_record(self.shape.num_layers, self.shape.hidden_size, self.yaida_s)
 
 
+def base_head_dim(shape: ModelShape, base_hidden_size: int) -> int:
+    """d0 when ``parametrization.base_head_dim`` is unset: the head dim of the base model, i.e.
+    this model at the base width with the same heads. ``model.kv_channels`` set: the base model
+    has it too (d0 = d); unset: megatron's ``hidden_size / num_attention_heads`` at the base
+    width (d0 = n0 / heads, so the muP softmax scale sqrt(d0)/d moves with the width)."""
+    if shape.head_dim is not None:
+        return shape.head_dim
+    if base_hidden_size % shape.num_attention_heads:
+        raise ValueError(
+            f"parametrization.base_hidden_size: {base_hidden_size} is not divisible by "
+            f"model.num_attention_heads={shape.num_attention_heads}, so the base model has no head dim; "
+            "set parametrization.base_head_dim"
+        )
+    return base_hidden_size // shape.num_attention_heads
+
+
 def _depth_exponent(kind: str, alpha: float, gamma: float) -> float:
     return {"none": 0.0, "-gamma": -gamma, "alpha-gamma": alpha - gamma}[kind]
 
@@ -253,7 +269,9 @@ def resolve(
     L, n, d = shape.num_layers, shape.hidden_size, shape.kv_channels
     L0 = p.resolved_base_num_layers(L)
     n0 = p.base_hidden_size or n
-    d0 = p.base_head_dim or d
+    # d0 only enters a softmax scale that moves with the head dim (mup; yaida with s > 0): other
+    # rules keep the model's own d, so their tables are what they were before d0 was derived.
+    d0 = p.base_head_dim or (base_head_dim(shape, n0) if rule.softmax.at(s) != 0.0 else d)
     m_L = L / L0
     m_d = n / n0
 

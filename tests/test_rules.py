@@ -133,3 +133,29 @@ def test_base_shape_reduces_to_identity():
 def test_invalid_parametrization_names_the_key(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Parametrization(**kwargs)
+
+
+def test_base_head_dim_defaults_to_the_base_models():
+    # Only base_hidden_size set (as in configs/*.yaml): the base model is this one at width n0
+    # with the same 4 heads, so d0 = 64 / 4 = 16. Before, d0 defaulted to the model's own d
+    # and muP's attention scale stayed SP's 1/sqrt(d) at every width.
+    mup = Parametrization(preset="mup", base_hidden_size=64)
+    r = resolve(mup, ModelShape(num_layers=2, hidden_size=256, num_attention_heads=4), "adamw")
+    assert (r.base_head_dim, r.shape.kv_channels) == (16, 64)
+    assert r.softmax_scale == pytest.approx(math.sqrt(16) / 64) == 0.0625  # sqrt(d0) / d
+    assert r.output_multiplier == 0.25 and r.roles["hidden_in"].lr_factor == 0.25
+    # At the base width d = d0: megatron's own 1/sqrt(d), bit-exact (None).
+    base = resolve(mup, ModelShape(num_layers=2, hidden_size=64, num_attention_heads=4), "adamw")
+    assert base.base_head_dim == 16 and base.softmax_scale is None and base.effective_softmax_scale == 0.25
+    # model.kv_channels set: the base model has the same head dim (width grows by heads).
+    fixed = resolve(mup, ModelShape(num_layers=2, hidden_size=256, num_attention_heads=16, head_dim=16), "adamw")
+    assert fixed.base_head_dim == 16 and fixed.softmax_scale is None
+    # An explicit base_head_dim still wins.
+    explicit = Parametrization(preset="mup", base_hidden_size=64, base_head_dim=32)
+    assert resolve(explicit, ModelShape(2, 256, 4), "adamw").softmax_scale == pytest.approx(math.sqrt(32) / 64)
+    with pytest.raises(ValueError, match=r"parametrization.base_hidden_size: 66 is not divisible by "
+                       r"model.num_attention_heads=4.*set parametrization.base_head_dim"):  # fmt: skip
+        resolve(Parametrization(preset="mup", base_hidden_size=66), ModelShape(2, 256, 4), "adamw")
+    # SP's softmax does not move with d0: no base head dim is needed, the model's own is recorded.
+    sp = resolve(Parametrization(preset="sp", base_hidden_size=64), ModelShape(2, 96, 3), "adamw")
+    assert (sp.base_head_dim, sp.softmax_scale, sp.width_ratio) == (32, None, 1.5)
