@@ -61,7 +61,14 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
     "bf16": MegatronArg("training.precision", "bf16"),
     "fp16": MegatronArg(None, note="no fp16: training.precision=bf16 or fp32"),
     "save": MegatronArg("run.dir", note=_RUN_DIR),
-    "load": MegatronArg("run.dir", note=_RUN_DIR + "; no warm start from another run's checkpoint"),
+    "load": MegatronArg("run.dir", note=_RUN_DIR + "; another run's weights: checkpoint.init_from"),
+    "pretrained_checkpoint": MegatronArg(
+        "checkpoint.init_from",
+        note="model weights only, at step 0 (with --finetune); a run directory or checkpoint folder",
+    ),
+    "finetune": MegatronArg(
+        "checkpoint.init_from", note="give the checkpoint: its weights, a fresh optimizer, schedule and step count"
+    ),
     "save_interval": MegatronArg("checkpoint.interval"),
     "log_interval": MegatronArg("logging.interval"),
     "eval_interval": MegatronArg("eval.interval"),

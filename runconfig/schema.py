@@ -245,6 +245,10 @@ class CheckpointConfig:
     interval: Optional[int] = None  # steps between periodic checkpoints; None -> final only
     keep: int = 2  # most recent checkpoints kept
     final: bool = True
+    # a run directory (its latest checkpoint) or one checkpoint folder: a run that starts from
+    # step 0 takes its model weights, with a fresh optimizer, LR schedule and step count
+    # (Megatron-LM's --pretrained-checkpoint with --finetune); a run with a checkpoint of its own resumes that
+    init_from: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.interval is not None:

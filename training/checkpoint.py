@@ -310,3 +310,69 @@ def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
             f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / CONFIG_FILE}'s model: {type(exc).__name__}: {exc}"
         ) from exc
     return model.float().eval()
+
+
+# ----------------------------------------------------------------------------- another run's weights (checkpoint.init_from)
+def init_source(source: str | Path) -> Checkpoint:
+    """``checkpoint.init_from``: a run directory (its latest checkpoint) or one of its checkpoint
+    folders (``RUN/checkpoints/step_00000100``)."""
+    path = Path(source)
+    if (path / COMMON_FILE).is_file() and path.parent.name == CHECKPOINTS_DIR:
+        try:
+            step = int(json.loads((path / COMMON_FILE).read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint.init_from: cannot read {path / COMMON_FILE}: {exc}") from exc
+        return find_checkpoint(path.parent.parent, step)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint.init_from: {path} is neither a run directory nor a checkpoint folder")
+    try:
+        return find_checkpoint(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"checkpoint.init_from: {exc}") from exc
+
+
+def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkpoint:
+    """Load another run's model weights into this run's freshly built ``model`` (before the
+    optimizer copies them), as Megatron-LM's ``--pretrained-checkpoint`` with ``--finetune``:
+    the optimizer, LR schedule, RNG and step count start fresh.
+
+    A GPU (``dist``) checkpoint loads into any layout (megatron reshards it); a CPU one is
+    joined into one process's weights (its TP shards and PP stages, as the export reads it) and
+    initializes a run without tensor or pipeline parallelism. The shapes must match
+    (``strict``): a mismatch names both sides.
+    """
+    from runconfig import load_config
+    from runconfig.schema import RunConfig
+
+    ckpt = init_source(source)
+    par = cfg.parallel
+    if ckpt.format == "dist":
+        from megatron.core import dist_checkpointing
+
+        try:
+            state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt.path / "dist"))
+            model.load_state_dict(state["model"], strict=True)
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model: {type(exc).__name__}: {exc}"
+            ) from exc
+        return ckpt
+    if par.tensor_model_parallel_size > 1 or par.pipeline_model_parallel_size > 1:
+        raise CheckpointError(
+            f"checkpoint.init_from: {ckpt.path} is a CPU checkpoint, which initializes a run without tensor or pipeline "
+            f"parallelism only (this run: tp={par.tensor_model_parallel_size}, pp={par.pipeline_model_parallel_size}); "
+            "a GPU (dist) checkpoint loads into any layout"
+        )
+    try:
+        source_cfg = one_process_config(load_config(RunConfig, ckpt.run_dir / CONFIG_FILE))
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint.init_from: cannot read {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
+    state = _cpu_state(source_cfg, ckpt)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"checkpoint.init_from: {ckpt.path} (the model of {ckpt.run_dir / CONFIG_FILE}) does not fit this run's "
+            f"model: {exc}"
+        ) from exc
+    return ckpt

@@ -160,6 +160,15 @@ def select_device(cfg: RunConfig) -> tuple[str, bool]:
     return device, bf16
 
 
+def _has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run has a checkpoint of its own to resume (an unreadable one counts: the
+    resume below reports it)."""
+    try:
+        return latest_checkpoint(run_dir) is not None
+    except RunDirError:
+        return True
+
+
 def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
     from training import checkpoint
@@ -210,6 +219,12 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     resolved = resolve(cfg)
     placement = Placement(device=device, bf16=bf16)
     model = build_model(cfg, padded_vocab, placement, resolved=resolved)
+    if cfg.checkpoint.init_from and not _has_checkpoint(run_dir):  # a checkpoint of its own: resumed below
+        try:
+            source = checkpoint.init_weights(cfg, model, cfg.checkpoint.init_from)
+        except checkpoint.CheckpointError as exc:
+            raise SetupError(str(exc)) from exc
+        log.info("initialized the model from %s (step %d of %s)", source.path, source.step, source.run_dir)
     table = gather_table(cfg, model, resolved)
     backend = make_backend(cfg, model, resolved, device, bf16)
     scheduler = build_scheduler(cfg, backend.optimizer)
