@@ -64,3 +64,44 @@ def test_a_checkpoint_folder_is_a_source_too_and_a_mismatch_names_both_sides(sou
     assert f"checkpoint.init_from: {tmp_path / 'nope'} is neither a run directory nor a checkpoint folder" in (
         missing.stderr
     )
+
+
+def _dist_copy(source: Path, run: Path, monkeypatch) -> None:
+    """``run``: ``source``'s last weights as the GPU path's dist_checkpointing folder (as
+    tests/test_export_hf.py writes one on CPU)."""
+    import shutil
+
+    from megatron.core import dist_checkpointing
+
+    from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
+    from training.export_hf import read_run_config
+
+    ckpt = find_checkpoint(source)
+    model = load_model_weights(one_process_config(read_run_config(source)), ckpt)
+    step = run / "checkpoints" / ckpt.path.name
+    (step / "dist").mkdir(parents=True)
+    shutil.copy(source / "config.yaml", run / "config.yaml")
+    shutil.copy(ckpt.path / "common.json", step / "common.json")
+    (run / "checkpoints" / "latest").write_text(ckpt.path.name + "\n")
+    with monkeypatch.context() as m:  # megatron's saver synchronizes CUDA; stubbed on a CPU-only torch
+        m.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+        m.setattr(torch.cuda, "current_device", lambda: "cpu")
+        dist_checkpointing.save({"model": model.sharded_state_dict()}, str(step / "dist"))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_dist_checkpoint_initializes_any_layout(source, tmp_path, monkeypatch, megatron, tp):
+    """The GPU path's checkpoint format: megatron reshards it into a TP=2 run as into one process."""
+    gpu_run = tmp_path / "gpu_run"
+    _dist_copy(source, gpu_run, monkeypatch)
+    run = tmp_path / "from_dist"
+    overrides = ["training.steps=2", FROZEN, f"checkpoint.init_from={gpu_run}"]
+    if tp == 1:
+        out = train(run, *overrides)
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29781",
+               "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *SHORT, *overrides,
+               "parallel.tensor_model_parallel_size=2"]  # fmt: skip
+        out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert final_loss(run) == pytest.approx(final_loss(source), abs=1e-6 if tp == 2 else 0.0)
