@@ -17,8 +17,8 @@ it builds, in one process:
   copied asynchronously (what a careful plain loop does);
 
 and times ``--steps`` optimizer steps of each per round, alternating which goes first, for
-``--rounds`` rounds. It prints each one's tokens/s and MFU (``training.flops``' count, the
-convention of Megatron-LM, against the device's dense bf16 peak) and the per-round ratio
+``--rounds`` rounds. It prints each one's tokens/s and MFU (``training.flops``' count, the full
+attention matrix for both models, against the device's dense bf16 peak) and the per-round ratio
 toolkit/plain with its min/median/max. Both models' forward FLOPs per token are also counted
 by ``torch.utils.flop_counter`` on one sequence and compared with the formula. Then the plain
 model is freed and the unpatched (stock megatron-core) model alternates with the patched one

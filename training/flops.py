@@ -1,8 +1,17 @@
 """Model FLOPs per training step and MFU against the dense bf16 peak of the GPU.
 
 Counts matmul FLOPs (2 per multiply-add) of the forward pass and multiplies by 3 for
-forward + backward, with the full (not causally halved) attention score and context
-products, the convention of Megatron-LM and most MFU reports. No activation recompute.
+forward + backward. No activation recompute (model FLOPs, not hardware FLOPs).
+
+The attention score and context products are counted over the full s x s matrix, not its
+causal half: PaLM's MFU definition (Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T per
+token), Megatron-LM's ``num_floating_point_operations`` up to core 0.11, and what
+``torch.utils.flop_counter`` counts for SDPA's math kernel (benchmarks/gpu_vs_plain.py checks
+the formula against it, for the toolkit's model and the plain reference alike). Megatron-LM
+0.12 onwards, the 0.16.1 this toolkit pins included, counts the causal half (``causal=True``
+here): its logged TFLOP/s for the same step is lower by ``3·2·s·q·L`` per token (7% for a
+Llama-2-7B shape at sequence 4096). MFU and TFLOP/s logged by the trainer and the benchmarks
+all use the full count, so the toolkit/plain ratio and issue 26's MFU goals compare like with like.
 """
 
 from __future__ import annotations
@@ -21,12 +30,15 @@ PEAK_BF16_FLOPS = (
 PCIE_H100 = 756e12
 
 
-def forward_flops_per_token(cfg: RunConfig, vocab_size: int) -> float:
+def forward_flops_per_token(cfg: RunConfig, vocab_size: int, causal: bool = False) -> float:
+    """Forward matmul FLOPs per token, logits included; ``causal``: attention's score and
+    context products over the causal half of the matrix (Megatron-LM 0.12+'s count)."""
     m = cfg.model
     h, d, s = m.hidden_size, m.head_dim, m.seq_length
     q = m.num_attention_heads * d
     kv = (m.num_query_groups or m.num_attention_heads) * d
-    attention = 2 * h * (q + 2 * kv) + 2 * 2 * s * q + 2 * q * h
+    core = 2 * 2 * s * q // (2 if causal else 1)  # scores q.k and context p.v
+    attention = 2 * h * (q + 2 * kv) + core + 2 * q * h
     if m.block == "linear1":
         mlp = 2 * h * h
     else:

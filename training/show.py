@@ -1,7 +1,11 @@
-"""``python -m training.show --config FILE [key=value ...] [--json]``: print the resolved table.
+"""``python -m training.show --config FILE [key=value ...] [--json] [--gpus N]``: print the resolved table.
 
 The model is built on the ``meta`` device (no memory, no init), so the table of a
 multi-billion-parameter config prints in seconds and lists megatron's real parameter names.
+Below the table: parameter counts (total, per GPU at the config's TP and PP), model-state
+memory per GPU (``training.footprint``; ``--gpus N`` gives the data-parallel size the
+distributed optimizer shards over) and model FLOPs per token and step (``training.flops``).
+``--json`` prints the table alone (the same JSON as a run's ``parametrization.json``).
 """
 
 from __future__ import annotations
@@ -47,6 +51,38 @@ def resolved_table(cfg: RunConfig) -> dict[str, Any]:
         return build_table(resolved, global_parameters(model))
 
 
+def size_lines(cfg: RunConfig, table: dict[str, Any], gpus: int | None = None) -> list[str]:
+    """Parameter counts, model states per GPU and model FLOPs of ``cfg`` (whose resolved table
+    is ``table``) on ``gpus`` GPUs (None: tensor x pipeline parallel size, data-parallel 1)."""
+    from training.flops import forward_flops_per_token
+    from training.footprint import GIB, count_parameters, state_bytes
+
+    m, par = cfg.model, cfg.parallel
+    tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
+    dp = (gpus or tp * pp) // (tp * pp)
+    counts = count_parameters(
+        ((r["name"], r["shape"]) for r in table["params"]), m.num_layers, tp, pp,
+        tied=not m.untie_embeddings_and_output_weights,
+    )  # fmt: skip
+    b = state_bytes(cfg, dp)
+    vocab = next(r["shape"][0] for r in table["params"] if r["name"] == "embedding.word_embeddings.weight")
+    full, causal = (3 * forward_flops_per_token(cfg, vocab, causal=c) for c in (False, True))
+    tokens = cfg.training.global_batch_size * m.seq_length
+    sharded = f" (sharded over DP={b.dp})" if b.dp > 1 else ""
+    return [
+        f"parameters: {counts.total:,} = embedding {counts.embedding:,} + output layer {counts.output:,} "
+        f"+ layers and final norm {counts.blocks:,} (vocabulary padded to {vocab:,})",
+        f"per GPU at TP={tp} PP={pp} (largest pipeline stage): {counts.per_gpu:,} parameters; "
+        f"{tp * pp * dp} GPU(s), DP={dp}" + ("" if gpus else " (--gpus N for another data-parallel size)"),
+        f"model states per GPU: weights {b.weights} + grads {b.grads} + optimizer {b.optimizer}{sharded} = "
+        f"{b.per_parameter:.4g} bytes/parameter = {counts.per_gpu * b.per_parameter / GIB:.3g} GiB "
+        "(activations, CUDA context and communication buffers not included)",
+        f"model FLOPs per token, forward + backward: {full / 1e9:.4g} GFLOP (full attention matrix, the MFU "
+        f"numerator; Megatron-LM 0.16.1 counts the causal half: {causal / 1e9:.4g} GFLOP); "
+        f"per step ({tokens:,} tokens): {full * tokens:.4g} FLOP",
+    ]
+
+
 def _single_stage(cfg: RunConfig) -> RunConfig:
     import dataclasses
 
@@ -64,11 +100,23 @@ def main(argv: list[str] | None = None) -> ExitCode:
         prog="python -m training.show", description=__doc__.splitlines()[0], override_schema=RunConfig
     )
     parser.add_argument("--config", required=True, help="run config YAML")
-    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON (without the size lines)")
+    parser.add_argument(
+        "--gpus", type=int, default=None, help="GPUs of the run: the data-parallel size the optimizer shards over"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(RunConfig, args.config, args.overrides)
+        if args.gpus is not None:
+            from runconfig.validate import validate_layout
+
+            try:
+                if args.gpus < 1:
+                    raise ValueError("must be at least 1")
+                validate_layout(cfg, args.gpus)
+            except ValueError as exc:
+                raise ValueError(f"--gpus {args.gpus}: {exc}") from None
         table = resolved_table(cfg)
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -79,6 +127,8 @@ def main(argv: list[str] | None = None) -> ExitCode:
         from patches.table import format_table
 
         print(format_table(table))
+        print()
+        print("\n".join(size_lines(cfg, table, args.gpus)))
     return ExitCode.OK
 
 

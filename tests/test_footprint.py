@@ -1,0 +1,171 @@
+"""Sizes of large configs before they run, against hand counts: parameters per GPU
+(training.footprint), model-state bytes, model FLOPs (training.flops), and what
+``python -m training.show`` prints for them. Model-free, but for one meta-device build."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import TINY, tiny_config
+
+# Llama-2-7B's shape: 32 layers, width 4096, 32 heads of 128, SwiGLU 11008, vocabulary 32000, RoPE,
+# RMSNorm, no biases, untied output (6,738,415,616 parameters, the published 6.74B).
+LLAMA_7B = (
+    "model.num_layers=32",
+    "model.hidden_size=4096",
+    "model.num_attention_heads=32",
+    "model.ffn_hidden_size=11008",
+    "model.seq_length=4096",
+    "model.vocab_size=32000",
+    "model.position_embedding_type=rope",
+    "model.normalization=RMSNorm",
+    "model.activation=swiglu",
+    "model.add_bias_linear=false",
+    "parametrization.base_num_layers=8",
+    "parametrization.base_hidden_size=4096",
+)
+
+
+def test_flops_of_llama_7b_full_and_causal():
+    from training.flops import forward_flops_per_token, train_flops_per_step
+
+    cfg = tiny_config(*LLAMA_7B, "training.global_batch_size=1024", "training.micro_batch_size=1")
+    # per layer: QKV 2*4096*12288 = 100,663,296; scores and context 2*2*4096*4096 = 67,108,864;
+    # projection 2*4096^2 = 33,554,432; SwiGLU fc1 2*4096*22016 = 180,355,072, fc2 90,177,536:
+    # 471,859,200; x 32 = 15,099,494,400; logits 2*4096*32000 = 262,144,000
+    assert forward_flops_per_token(cfg, 32000) == 15_361_638_400
+    # the 6N + attention rule: 6 * 6,476,005,376 matrix parameters in the layers + 6*4096*32000
+    # (logits) + 12 * 32 layers * 4096 positions * 4096 = 46,084,915,200 per token
+    assert 3 * forward_flops_per_token(cfg, 32000) == 6 * 6_476_005_376 + 6 * 4096 * 32000 + 12 * 32 * 4096 * 4096
+    # Megatron-LM 0.16.1's num_floating_point_operations (causal half): 32 x 2*4096*4096 fewer
+    assert forward_flops_per_token(cfg, 32000, causal=True) == 15_361_638_400 - 32 * 33_554_432
+    assert train_flops_per_step(cfg, 32000) == 46_084_915_200 * 1024 * 4096
+
+
+def test_flops_of_gqa_count_the_smaller_key_and_value_projections():
+    from training.flops import forward_flops_per_token
+
+    cfg = tiny_config(*LLAMA_7B, "model.num_query_groups=8")
+    # QKV 2*4096*(4096 + 2*1024) = 50,331,648 (was 100,663,296): per layer 421,527,552
+    assert forward_flops_per_token(cfg, 32000) == 32 * 421_527_552 + 262_144_000 == 13_751_025_664
+    assert forward_flops_per_token(cfg, 32000, causal=True) == 13_751_025_664 - 32 * 33_554_432
+
+
+def llama_rows(layers, h, heads, groups, ffn, vocab):
+    d = h // heads
+    rows = [("embedding.word_embeddings.weight", [vocab, h])]
+    for i in range(layers):
+        p = f"decoder.layers.{i}."
+        rows += [
+            (p + "input_layernorm.weight", [h]),
+            (p + "self_attention.linear_qkv.weight", [(heads + 2 * groups) * d, h]),
+            (p + "self_attention.linear_proj.weight", [h, heads * d]),
+            (p + "pre_mlp_layernorm.weight", [h]),
+            (p + "mlp.linear_fc1.weight", [2 * ffn, h]),
+            (p + "mlp.linear_fc2.weight", [h, ffn]),
+        ]
+    return rows + [("decoder.final_layernorm.weight", [h]), ("output_layer.weight", [vocab, h])]
+
+
+def test_llama_70b_at_tp8_pp4_per_gpu():
+    from training.footprint import count_parameters
+
+    # Llama-2-70B: 80 layers, width 8192, 64 heads, 8 query groups, SwiGLU 28672; vocabulary
+    # 32000 padded to 32768 at TP=8. Per layer: QKV 8192*10240 = 83,886,080, projection
+    # 67,108,864, fc1 469,762,048, fc2 234,881,024 (855,638,016 / 8 = 106,954,752 per rank) and
+    # two norms of 8192 (whole): 106,971,136 per rank; 20 layers per stage: 2,139,422,720.
+    counts = count_parameters(llama_rows(80, 8192, 64, 8, 28672, 32768), 80, tp=8, pp=4, tied=False)
+    assert counts.total == 80 * 855_654_400 + 8192 + 2 * 32768 * 8192 == 68_989_231_104
+    assert counts.total - 2 * 768 * 8192 == 68_976_648_192  # unpadded: the published 68.98B
+    assert counts.embedding == counts.output == 268_435_456
+    assert counts.per_stage == (
+        2_139_422_720 + 33_554_432,  # + the word embedding's TP shard
+        2_139_422_720,
+        2_139_422_720,
+        2_139_422_720 + 33_554_432 + 8192,  # + output layer shard and final norm
+    )
+    assert counts.per_gpu == 2_172_985_344
+
+
+def test_tp_splits_what_megatron_splits_and_tied_pipelines_keep_two_embeddings():
+    from training.footprint import count_parameters
+
+    h, layer = 8, "decoder.layers.{}."
+    rows = [("embedding.word_embeddings.weight", [32, h]), ("embedding.position_embeddings.weight", [16, h])]
+    for i in range(2):
+        p = layer.format(i)
+        rows += [(p + n, s) for n, s in [
+            ("input_layernorm.weight", [h]), ("input_layernorm.bias", [h]),
+            ("self_attention.linear_qkv.weight", [24, h]), ("self_attention.linear_qkv.bias", [24]),
+            ("self_attention.linear_proj.weight", [h, h]), ("self_attention.linear_proj.bias", [h]),
+            ("pre_mlp_layernorm.weight", [h]), ("pre_mlp_layernorm.bias", [h]),
+            ("mlp.linear_fc1.weight", [16, h]), ("mlp.linear_fc1.bias", [16]),
+            ("mlp.linear_fc2.weight", [h, 16]), ("mlp.linear_fc2.bias", [h]),
+        ]]  # fmt: skip
+    rows += [("decoder.final_layernorm.weight", [h]), ("decoder.final_layernorm.bias", [h])]
+    counts = count_parameters(rows, 2, tp=2, pp=2, tied=True)
+    # per layer on one of 2 TP ranks: norms 16 + QKV 96 + its bias 12 + projection 32 + its bias
+    # (whole) 8 + norms 16 + fc1 64 + its bias 8 + fc2 64 + its bias (whole) 8 = 324 (600 in all)
+    assert counts.total == 256 + 128 + 2 * 600 + 16 == 1600
+    assert (counts.embedding, counts.output, counts.blocks) == (384, 0, 1216)
+    # stage 0: word embedding shard 128 + learned positions (whole) 128 + layer 0; stage 1: layer 1 +
+    # final norm 16 + its copy of the tied word embedding's shard 128
+    assert counts.per_stage == (128 + 128 + 324, 324 + 16 + 128)
+    assert count_parameters(rows, 2, tp=2, pp=1, tied=True).per_stage == (128 + 128 + 2 * 324 + 16,)
+
+
+NO_DIST = ("parallel.use_distributed_optimizer=false",)
+
+
+@pytest.mark.parametrize(
+    "overrides,dp,expected",
+    [
+        ((), 4, (2, 4, 12, 4, 9.0)),  # bf16 + distributed optimizer: 6 + 12/d (Megatron-LM's table)
+        (NO_DIST, 4, (2, 4, 12, 1, 18.0)),
+        (("training.precision=fp32",), 4, (4, 4, 8, 4, 10.0)),  # 8 + 8/d
+        (("optimizer.name=sgd", *NO_DIST), 4, (2, 4, 8, 1, 14.0)),
+        (("optimizer.name=sgd", "optimizer.sgd_momentum=0", *NO_DIST, "training.precision=fp32"), 4, (4, 4, 0, 1, 8.0)),
+        (("parallel.device=cpu", "training.precision=fp32"), 4, (4, 4, 8, 1, 16.0)),  # CPU path: torch AdamW
+    ],
+)
+def test_model_state_bytes_per_parameter(overrides, dp, expected):
+    from training.footprint import state_bytes
+
+    cfg = tiny_config("parallel.device=cuda", "training.precision=bf16", *overrides)
+    b = state_bytes(cfg, dp)
+    assert (b.weights, b.grads, b.optimizer, b.dp, b.per_parameter) == expected
+
+
+def test_show_prints_sizes_of_a_tp_pp_config(megatron, capsys):
+    from training.show import main
+
+    shape = [o for o in LLAMA_7B if not o.startswith("model.num_layers")]
+    overrides = [*shape, "model.num_layers=4", "model.num_query_groups=8", "parallel.tensor_model_parallel_size=2",
+                 "parallel.pipeline_model_parallel_size=2", "training.global_batch_size=8",
+                 "training.micro_batch_size=4", "parallel.device=cuda", "training.precision=bf16"]  # fmt: skip
+    assert main(["--config", str(TINY), "--gpus", "8", *overrides]) == 0
+    out = capsys.readouterr().out
+    # per layer: QKV 4096*6144 = 25,165,824, projection 16,777,216, fc1 90,177,536, fc2
+    # 45,088,768 (177,209,344; 88,604,672 per TP rank) + 2 norms 8192: 177,217,536
+    assert "parameters: 971,018,240 = embedding 131,072,000 + output layer 131,072,000 " in out
+    assert "+ layers and final norm 708,874,240 (vocabulary padded to 32,000)" in out
+    # largest stage (the last): 2 x 88,612,864 + final norm 4096 + output shard 65,536,000
+    assert "per GPU at TP=2 PP=2 (largest pipeline stage): 242,765,824 parameters; 8 GPU(s), DP=2\n" in out
+    # 6 + 12/2 = 12 bytes: 2,913,189,888 B = 2.713 GiB
+    assert "weights 2 + grads 4 + optimizer 12 (sharded over DP=2) = 12 bytes/parameter = 2.71 GiB" in out
+    # 3 x (4 x 421,527,552 + 262,144,000) = 5,844,762,624; causal: 4 x 3 x 33,554,432 less;
+    # x 8 sequences x 4096 tokens
+    assert "forward + backward: 5.845 GFLOP (full attention matrix" in out
+    assert "counts the causal half: 5.442 GFLOP); per step (32,768 tokens): 1.915e+14 FLOP" in out
+
+
+@pytest.mark.parametrize(
+    "gpus,needle",
+    [("0", "--gpus 0: must be at least 1"), ("6", "--gpus 6: parallel: world size 6 is not divisible by tensor (2)")],
+)
+def test_show_refuses_a_gpu_count_the_layout_cannot_use(megatron, capsys, gpus, needle):
+    from training.show import main
+
+    code = main(["--config", str(TINY), "--gpus", gpus, "parallel.tensor_model_parallel_size=2",
+                 "parallel.pipeline_model_parallel_size=2"])  # fmt: skip
+    assert code == 2 and needle in capsys.readouterr().err
