@@ -139,6 +139,84 @@ sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m", "--r
     assert "time limit (60 s): 1 of 3 rounds ran" in done.stdout
 
 
+def test_a_variant_whose_set_up_outlasts_the_time_limit_is_cut_and_the_others_still_run(tmp_path):
+    """A first torch.compile or graph capture has no bound of its own: planted, a variant whose
+    build takes 10 minutes. The limit cuts it (planted: 1 s left when it starts), it is left out,
+    and the toolkit and plain models' round is still reported; before, the stage's `timeout`
+    killed the process in that build and its JSON was never written."""
+    out = tmp_path / "out.json"
+    script = f"""
+import sys, time
+from benchmarks import deadline, gpu_vs_plain
+looks = iter([100.0, 100.0, 1.0])  # the size's start, the variant's start, its bounded set-up
+deadline.Deadline.left = lambda self: next(looks, -1.0)
+build = gpu_vs_plain.toolkit_runner
+def slow(name, *args, **kwargs):
+    if name == "slow":
+        time.sleep(600)
+    return build(name, *args, **kwargs)
+gpu_vs_plain.toolkit_runner = slow
+sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m", "--rounds", "3", "--steps", "1",
+    "--warmup", "1", "--patch-rounds", "0", "--time-limit", "60", "--json", {str(out)!r},
+    "--variant", "slow:model.rope_impl=megatron"]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (size,) = json.loads(out.read_text())["sizes"]
+    assert size["failed_variants"] == {"slow": "not built: the time limit (60 s) passed during its set-up"}
+    assert set(size["models"]) == {"toolkit", "plain"} and size["rounds"] == 1
+    assert "variant slow failed, left out: not built: the time limit (60 s) passed" in done.stdout
+
+
+def test_sigterm_in_the_rounds_writes_the_rounds_that_ended(tmp_path):
+    """The stage's `timeout` sends SIGTERM (planted: in the third round, after 2 ended): the two
+    rounds are reported and written, the patched/unpatched rounds are not started, no later size
+    is, and the exit is 75. Before, SIGTERM ended the process with no JSON at all."""
+    out = tmp_path / "out.json"
+    script = f"""
+import os, signal, sys
+from benchmarks import gpu_vs_plain, patch_overhead
+real, calls = patch_overhead.timed, []
+def timed(*args):
+    calls.append(1)
+    if len(calls) == 5:  # round 2's first runner (2 runners per round)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args)
+patch_overhead.timed = timed
+sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m,350m", "--rounds", "5", "--steps", "1",
+    "--warmup", "1", "--patch-rounds", "2", "--json", {str(out)!r}]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 75, done.stderr[-3000:]
+    (size,) = json.loads(out.read_text())["sizes"]  # 350m not started
+    assert size["rounds"] == 2 and size["stopped"] == "SIGTERM (the stage's time limit): 2 of 5 rounds ran"
+    assert [len(m["step_s"]) for m in size["models"].values()] == [2, 2]
+    assert "patched_over_unpatched" not in size
+    assert "patched/unpatched: not run (SIGTERM (the stage's time limit))" in done.stdout
+
+
+def test_sigterm_in_the_set_up_records_the_size_as_stopped(tmp_path):
+    out = tmp_path / "out.json"
+    script = f"""
+import os, signal, sys
+from benchmarks import gpu_vs_plain
+build = gpu_vs_plain.plain_runner
+def plain_runner(*args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return build(*args)
+gpu_vs_plain.plain_runner = plain_runner
+sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m,350m", "--json", {str(out)!r}]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert json.loads(out.read_text())["sizes"] == [
+        {"size": "124m", "error": "stopped by SIGTERM (the stage's time limit) before a round ended"}
+    ]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_plain_gpt_computes_the_toolkit_loss_on_identical_weights_on_gpu():
