@@ -137,10 +137,10 @@ Path('$WORK/bench_run.yaml').write_text(yaml.safe_dump(cfg, sort_keys=False))
   t1=$((budget * 38 / 100))
   t2=$((budget - t1))
   runs=${BENCH_RUNS:-$([ "$budget" -ge 400 ] && echo 8 || echo 4)}
-  timeout $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
+  timeout -k 10 $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
     --time-limit "$(inner_limit $t1)" 2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
   rcs+=("${PIPESTATUS[0]}")
-  timeout $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "$runs" --per-gpu 4 \
+  timeout -k 10 $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "$runs" --per-gpu 4 \
     --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --time-limit "$(inner_limit $t2)" --compare-mps \
     checkpoint.interval=1000 logging.diagnostics_interval=0 \
     2>&1 | grep -v -i warn | tee "$OUT/gpu_packing.txt" | grep -E "^(round|  |packed|\{)|MPS"
