@@ -8,6 +8,8 @@ time is short, print and record how many they ran, and end with their summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import time
 
 
@@ -27,6 +29,31 @@ def add_time_limit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=time_limit, help="seconds: run fewer rounds rather than pass it")
 
 
+class TimeLimit(BaseException):
+    """The deadline passed inside a block run by ``Deadline.bounded`` (a BaseException, so that
+    the ``except Exception`` of the code it interrupts does not swallow it)."""
+
+
+class Stopped(BaseException):
+    """SIGTERM arrived inside ``stop_on_sigterm``: the stage's ``timeout`` is ending the process."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """SIGTERM raises ``Stopped`` (once: a second one is ignored) instead of ending the process
+    at once, so a benchmark can write what it has measured before it exits. Main thread only."""
+
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Stopped("SIGTERM (the stage's time limit)")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 class Deadline:
     """``seconds`` from now (None: no limit). ``allows(s)``: whether ``s`` more seconds fit."""
 
@@ -42,6 +69,29 @@ class Deadline:
     def allows(self, seconds: float) -> bool:
         return seconds <= self.left()
 
+    @contextlib.contextmanager
+    def bounded(self):
+        """Run the block until the deadline at most: SIGALRM raises ``TimeLimit`` inside it when
+        the deadline passes (a set-up with no bound of its own, such as a first ``torch.compile``).
+        No limit: the block runs unbounded. Main thread only."""
+        if self.end is None:
+            yield
+            return
+        left = self.left()
+        if left <= 0:
+            raise TimeLimit(f"the time limit ({self.seconds:.0f} s) had passed")
+
+        def on_alarm(signum, frame):
+            raise TimeLimit(f"the time limit ({self.seconds:.0f} s) passed")
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, left)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
 
 class Rounds:
     """Up to ``planned`` rounds while the next one, costed as the longest so far plus ``reserve``
@@ -52,6 +102,7 @@ class Rounds:
         self.longest = 0.0
         self.done = 0
         self.stopped_early = False
+        self.stopped_by = ""  # what ended the rounds from outside (stop), if anything did
 
     def __iter__(self):
         for r in range(self.planned):
@@ -63,8 +114,13 @@ class Rounds:
             self.longest = max(self.longest, time.monotonic() - t0)
             self.done = r + 1
 
+    def stop(self, why: str) -> None:
+        """The rounds were ended from outside (``Stopped``) inside round ``done``: it does not count."""
+        self.stopped_early, self.stopped_by = True, why
+
     def note(self) -> str:
         """'' when every planned round ran, else a line saying how many did and why."""
         if not self.stopped_early:
             return ""
-        return f"time limit ({self.deadline.seconds:.0f} s): {self.done} of {self.planned} rounds ran"
+        why = self.stopped_by or f"time limit ({self.deadline.seconds:.0f} s)"
+        return f"{why}: {self.done} of {self.planned} rounds ran"

@@ -10,7 +10,10 @@
 #                                                 # the node's image lacks unimportable; fails on any traceback
 # BUDGET=SECONDS (default 550) is a stage's whole time: its steps share it in fixed parts, and the
 # benchmarks stop between rounds 10% and 10 s before their part ends (--time-limit), so a short
-# budget gives fewer rounds rather than a step killed with its numbers. docs/gpu_runs.md
+# budget gives fewer rounds rather than a step killed with its numbers. A step still running at
+# the end of its part gets SIGTERM (gpu_vs_plain.py then writes the rounds that ended), and
+# SIGKILL KILL_AFTER seconds later (default 10): a stage takes at most 98% of BUDGET plus
+# KILL_AFTER per step that overruns, plus its set-up (wheels, env_*.txt). docs/gpu_runs.md
 # ("Issue 26: what the next GPU session runs") says how to read the results.
 set -u
 stage=${1:?usage: bash benchmarks/gpu_checks.sh a|b|c|rehearse}
@@ -19,6 +22,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-gpu_out}
 BUDGET=${BUDGET:-550}
+KILL_AFTER=${KILL_AFTER:-10}  # seconds from a part's SIGTERM to SIGKILL: a step that ignores SIGTERM ends too
 DEVICE=${DEVICE:-cuda}  # cpu: the rehearsal's tiny shapes
 TINY=()
 CPU_BATCH=training.global_batch_size=32  # on CPU: 16 tiny micro-batches, so the micro-batch 16 and 32 levers run
@@ -37,7 +41,7 @@ vs_plain() {  # vs_plain SECONDS NAME ARGS...: benchmarks/gpu_vs_plain.py, log a
   local seconds=$1 name=$2 cpu=()
   shift 2
   [ "$DEVICE" = cpu ] && cpu=(--device cpu --tiny --override "$CPU_BATCH" --warmup 1)
-  timeout "$seconds" python3 benchmarks/gpu_vs_plain.py --json "$OUT/$name.json" --time-limit "$(inner_limit "$seconds")" \
+  timeout -k "$KILL_AFTER" "$seconds" python3 benchmarks/gpu_vs_plain.py --json "$OUT/$name.json" --time-limit "$(inner_limit "$seconds")" \
     "$@" "${cpu[@]}" 2>&1 | quiet | tee "$OUT/$name.log"
 }
 
@@ -65,6 +69,9 @@ sys.exit(1 if bad else 0)" "$f" || bad=1
     done
   done
   python3 benchmarks/gpu_goals.py "$tmp/a" "$tmp/b" "$tmp/c" > "$tmp/goals.md" || { echo "gpu_goals.py failed"; bad=1; }
+  for f in copies_toolkit copies_megatron; do  # the RoPE fix's before and after, as the tables read them
+    grep -q "^| $f | [0-9]" "$tmp/goals.md" || { echo "gpu_goals.py read no step profile from c/$f.txt"; bad=1; }
+  done
   echo "rehearsal: $([ $bad = 0 ] && echo "every step ran" || echo "FAILED"); files under $tmp"
   return $bad
 }
@@ -94,8 +101,8 @@ case $stage in
     workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
     # -v: one line per test as it ends, so a time limit that stops pytest still leaves each finished result
     # shellcheck disable=SC2086
-    timeout "$(part 45)" python3 -m pytest -m gpu $workers -v -p no:cacheprovider -rfE > "$OUT/pytest_gpu.log" 2>&1
-    echo "pytest exit $? (124: the time limit)"
+    timeout -k "$KILL_AFTER" "$(part 45)" python3 -m pytest -m gpu $workers -v -p no:cacheprovider -rfE > "$OUT/pytest_gpu.log" 2>&1
+    echo "pytest exit $? (124, 137: the time limit)"
     grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|skipped" "$OUT/pytest_gpu.log" | tail -14
     echo "=== 124M: toolkit vs plain, megatron's RoPE alongside; patched/unpatched"
     vs_plain "$(part 53)" vs_plain_124m --sizes 124m --rounds 10 --steps 2 --patch-rounds 10 \
@@ -111,7 +118,7 @@ case $stage in
     vs_plain "$(part 46)" vs_plain_1b --sizes 1b --rounds 8 --steps 1 --warmup 2 --patch-rounds 0 \
       --override training.global_batch_size=64
     echo "=== 124M through train_gpt.py, 30 steps (what the trainer logs)"
-    timeout "$(part 16)" python3 train_gpt.py --config configs/gpt_100m_gpu.yaml data.mock=true model.vocab_size=50304 \
+    timeout -k "$KILL_AFTER" "$(part 16)" python3 train_gpt.py --config configs/gpt_100m_gpu.yaml data.mock=true model.vocab_size=50304 \
       scheduler.warmup_steps=5 logging.interval=10 logging.progress_bar=false training.steps=30 eval.at=[1.0] \
       eval.batches=2 checkpoint.final=false run.dir=/tmp/run_124m "${TINY[@]}" --force > /tmp/train_124m.log 2>&1
     python3 -c "
@@ -123,13 +130,15 @@ for r in map(json.loads, open(sys.argv[1])):
     ;;
   c)
     echo "=== 124M levers, each against the toolkit's default in the same rounds"
+    # the variants are set up in this order, each only while the time limit allows (its set-up is cut at
+    # the limit): the quick ones first, the first torch.compile of the layers last
     vs_plain "$(part 70)" levers_124m --sizes 124m --rounds 6 --steps 2 --patch-rounds 0 \
       --variant mb16:training.micro_batch_size=16 --variant mb32:training.micro_batch_size=32 \
-      --variant compile:model.compile=true --variant cuda_graphs:model.cuda_graphs=true \
-      --variant device_batches:bench.device_batches=true
+      --variant device_batches:bench.device_batches=true --variant cuda_graphs:model.cuda_graphs=true \
+      --variant compile:model.compile=true
     for rope in toolkit megatron; do
       echo "=== where a 124M step's time goes, copies by source (model.rope_impl=$rope)"
-      timeout "$(part 14)" python3 benchmarks/step_profile.py --config configs/gpt_100m_gpu.yaml --device "$DEVICE" \
+      timeout -k "$KILL_AFTER" "$(part 14)" python3 benchmarks/step_profile.py --config configs/gpt_100m_gpu.yaml --device "$DEVICE" \
         --steps 2 --warmup 2 --top 20 --copies 25 data.mock=true model.vocab_size=50304 model.rope_impl=$rope \
         "${TINY[@]}" 2>&1 | quiet > "$OUT/copies_$rope.txt"
       head -14 "$OUT/copies_$rope.txt"

@@ -5,9 +5,12 @@ shortfall computed here, not by hand from the logs.
     python benchmarks/gpu_goals.py GPU_OUT_DIR [GPU_OUT_DIR ...]   # the files of stages a, b, c
 
 Prints one table of the sizes (toolkit and plain tokens/s and MFU, median [min .. max] over the
-rounds, the per-round ratio toolkit/plain), one of the goals (measured, goal, met, by how much),
-and one of the variants against the toolkit's default in the same rounds (a lever is "faster in
-every round" only when its smallest per-round ratio is above 1). Exit 2 when no result is found.
+rounds, the per-round ratio toolkit/plain; rounds marked "stopped" where the stage's time limit
+ended them), one of the goals (measured, goal, met, by how much), one of the variants against
+the toolkit's default in the same rounds (a lever is "faster in every round" only when its
+smallest per-round ratio is above 1), one of GPU memory (what the configs' memory comments
+need), and one of the step profiles ``copies_*.txt`` (step time, MFU, the copy_cast share: the
+RoPE fix's before and after). Exit 2 when no result is found.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.step_profile import read_profile  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
 # (what, size, how it is read, goal, "min" or "max": which side of the goal meets it)
@@ -66,8 +70,9 @@ def size_rows(found: dict[str, dict]) -> list[str]:
                 continue
             m = s["models"]
             mfu = [spread(m[n]["mfu"], 3) if m[n].get("mfu") else "-" for n in ("toolkit", "plain")]
+            rounds = f"{s['rounds']} (stopped)" if "stopped" in s else s["rounds"]
             rows.append(
-                f"| {stem} | {size} | {s['rounds']} | {spread(m['toolkit']['tokens_per_s'], 0)} | "
+                f"| {stem} | {size} | {rounds} | {spread(m['toolkit']['tokens_per_s'], 0)} | "
                 f"{spread(m['plain']['tokens_per_s'], 0)} | {mfu[0]} | {mfu[1]} | "
                 f"{spread(s['ratio_toolkit_over_plain'], 3)} |"
             )
@@ -121,6 +126,35 @@ def variant_rows(found: dict[str, dict]) -> list[str]:
     return rows
 
 
+def memory_rows(found: dict[str, dict]) -> list[str]:
+    """GPU memory per size (CUDA only): every model resident, the peak, each model's largest step."""
+    rows = ["| file | size | resident GiB (all models) | peak GiB | step + GiB per model |", "|---|---|---|---|---|"]
+    for stem, sizes in found.items():
+        for size, s in sizes.items():
+            if "resident_gib" not in s:
+                continue
+            steps = ", ".join(
+                f"{n} {m['step_transient_gib']:.1f}" for n, m in s["models"].items() if m.get("step_transient_gib")
+            )
+            rows.append(f"| {stem} | {size} | {s['resident_gib']:.1f} | {s['peak_memory_gib']:.1f} | {steps} |")
+    return rows if len(rows) > 2 else []
+
+
+def profile_rows(dirs: list[Path]) -> list[str]:
+    """One row per ``copies_*.txt`` (benchmarks/step_profile.py's output): step, MFU, copy_cast."""
+    rows = ["| profile | step ms | MFU | copy_cast ms per step | copy_cast share |", "|---|---|---|---|---|"]
+    for d in dirs:
+        for path in sorted(d.glob("copies_*.txt")):
+            p = read_profile(path.read_text(errors="replace"))
+            if p is None:
+                rows.append(f"| {path.stem} | no profile in the file (cut by its time limit?) | | | |")
+                continue
+            ms, share = p["families"].get("copy_cast", (0.0, 0.0))
+            mfu = f"{p['mfu']:.3f}" if p["mfu"] is not None else "-"
+            rows.append(f"| {path.stem} | {p['step_ms']:.1f} | {mfu} | {ms:.2f} | {share:.1%} |")
+    return rows if len(rows) > 2 else []
+
+
 def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="folders holding gpu_vs_plain.py's JSON files")
@@ -134,8 +168,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
         print(f"error: no gpu_vs_plain.py JSON in {', '.join(map(str, args.dirs))}", file=sys.stderr)
         return ExitCode.USAGE
     print(f"device: {', '.join(sorted(devices))}\n")
-    for rows in (size_rows(found), goal_rows(found), variant_rows(found)):
-        print("\n".join(rows) + "\n")
+    for rows in (size_rows(found), goal_rows(found), variant_rows(found), memory_rows(found), profile_rows(args.dirs)):
+        if rows:
+            print("\n".join(rows) + "\n")
     return ExitCode.OK
 
 

@@ -127,6 +127,13 @@ def main() -> int:
         modes["packed_no_mps"] = {**per_run, "runs_per_gpu": args.per_gpu, "mps": "off"}
     print(f"{args.runs} runs of {args.steps} steps ({Path(args.config).name} {' '.join(rest)}) on {device}; "
           f"packed: {args.per_gpu} at a time; start: {args.start}", flush=True)  # fmt: skip
+    if args.start == "fork":  # the warm server is this process's, shared by every sweep below: started
+        # here, or the first mode of round 0 would pay its start (imports) alone
+        from launch.warm_start import _SERVER
+
+        t = time.perf_counter()
+        _SERVER.status()
+        print(f"fork server ready in {time.perf_counter() - t:.2f} s (before the rounds)", flush=True)
     found: dict[str, list[dict]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -3,6 +3,7 @@
 # download anything, and receives at most 64 MiB (docs/gpu_runs.md, "The GPU study").
 #
 #   bash benchmarks/gpu_study.sh prepare        # here, with the network: data and wheels into demo_out/gpu_carry
+#   bash benchmarks/gpu_study.sh travel         # here: what a call sends (working tree + carry) against 64 MiB
 #   bash benchmarks/gpu_study.sh bench          # on the GPU node: start-up phases, packing throughput
 #                                               # (BUDGET seconds, default 530: fewer rounds if short)
 #   bash benchmarks/gpu_study.sh part [SECONDS] # on the GPU node: the study for at most SECONDS (default 530),
@@ -35,6 +36,7 @@ export PYTHONUNBUFFERED=1
 NODE_IMAGE=$ROOT/benchmarks/node_image  # the node's image lacks data_prep's readers and filters (rehearse)
 
 size_mib() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 
 prepare() {  # data (as the study builds it) and wheels, into $CARRY
   local workers=${WORKERS:-$(nproc)}
@@ -53,12 +55,19 @@ prepare_data(Path('$WORK'), load_study('${STUDY_FILE:-$STUDY}'), $workers)
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$CARRY/wheels" "${WHEELS[@]}" || return 2
   fi
+  travel
+}
+
+travel() {  # what a device call sends, against its 64 MiB: the working tree as the device tool counts it
+  # (tracked and untracked-not-ignored files, shared/ if there is one) and the carry
   local tree carry
-  tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | awk '{printf "%.1f", $1 / 1048576}')
-  carry=$(size_mib "$CARRY")
+  tree=$({ git ls-files -z -c -o --exclude-standard; [ -d shared ] && find shared -type f -print0; } \
+    | sort -zu | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  carry=$(du -sb "$CARRY" 2>/dev/null | cut -f1)
   echo "carry $CARRY: data $(size_mib "$CARRY/data") MiB, wheels $(size_mib "$CARRY/wheels") MiB," \
-       "state $(size_mib "$CARRY/state.tar.gz") MiB; tracked tree $tree MiB; together $(python3 -c "print($tree + $carry)") MiB of 64"
-  python3 -c "import sys; sys.exit(0 if $tree + $carry <= 64 else 1)" || { echo "over 64 MiB" >&2; return 2; }
+       "state $(size_mib "$CARRY/state.tar.gz") MiB; working tree $(mib "$tree") MiB (tracked and untracked," \
+       "not ignored); together $(mib $((tree + ${carry:-0}))) MiB of 64"
+  [ $((tree + ${carry:-0})) -le $((64 * 1048576)) ] || { echo "over 64 MiB: a device call would refuse it" >&2; return 2; }
 }
 
 install() {  # the carried wheels, once per machine
@@ -137,10 +146,10 @@ Path('$WORK/bench_run.yaml').write_text(yaml.safe_dump(cfg, sort_keys=False))
   t1=$((budget * 38 / 100))
   t2=$((budget - t1))
   runs=${BENCH_RUNS:-$([ "$budget" -ge 400 ] && echo 8 || echo 4)}
-  timeout $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
+  timeout -k 10 $t1 python3 benchmarks/run_startup.py --config "$WORK/bench_run.yaml" --rounds "${BENCH_ROUNDS:-3}" --steps 5 \
     --time-limit "$(inner_limit $t1)" 2>&1 | grep -v -i warn | tee "$OUT/run_startup.txt" | tail -12
   rcs+=("${PIPESTATUS[0]}")
-  timeout $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "$runs" --per-gpu 4 \
+  timeout -k 10 $t2 python3 benchmarks/gpu_packing.py --config "$WORK/bench_run.yaml" --runs "$runs" --per-gpu 4 \
     --rounds "${BENCH_ROUNDS:-2}" --steps "${BENCH_STEPS:-200}" --time-limit "$(inner_limit $t2)" --compare-mps \
     checkpoint.interval=1000 logging.diagnostics_interval=0 \
     2>&1 | grep -v -i warn | tee "$OUT/gpu_packing.txt" | grep -E "^(round|  |packed|\{)|MPS"
@@ -190,8 +199,9 @@ EOF
 
 case ${1:-} in
   prepare) prepare ;;
+  travel) travel ;;
   part) part "${2:-530}" ;;
   bench) bench ;;
   rehearse) rehearse ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -29,8 +29,12 @@ alternation (a lever's before/after in one call); ``bench.device_batches=true`` 
 micro-batches already on the device. ``--json`` writes every number. An out-of-memory size is
 reported and skipped. ``--time-limit S``: rounds stop when the next one (and the patched/unpatched
 rounds after them) would pass S seconds from the start, a size is not started after it; the
-rounds that ran are printed and recorded (``rounds``). On CPU the clock is the process's CPU
-time and MFU is not printed.
+rounds that ran are printed and recorded (``rounds``). The toolkit and plain models are set up
+first; a variant's set-up (a first compile, a graph capture: no bound of their own) is cut at S
+and the variant left out, so the rounds of the others still run. SIGTERM (the stage's
+``timeout``) ends the rounds: the ones that finished are reported and written to ``--json``
+(``stopped``), a size stopped before its first round is recorded with an ``error``; exit 75.
+On CPU the clock is the process's CPU time and MFU is not printed.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-from benchmarks.deadline import Deadline, Rounds, add_time_limit  # noqa: E402
+from benchmarks.deadline import Deadline, Rounds, Stopped, TimeLimit, add_time_limit, stop_on_sigterm  # noqa: E402
 from rundir.contract import ExitCode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,31 +193,37 @@ def alternate(
 ) -> Rounds:
     """Up to ``rounds`` rounds of ``steps`` steps of each runner, the order rotating each round,
     while the next round and ``reserve`` fit ``deadline``. A runner in ``may_fail`` that raises
-    leaves the rounds (recorded in ``failed``); any other raises."""
+    leaves the rounds (recorded in ``failed``); any other raises. ``Stopped`` (SIGTERM) ends the
+    rounds: the round it cut is dropped from every runner, the rounds before it are kept."""
     from benchmarks.patch_overhead import timed
 
     plan = Rounds(rounds, deadline or Deadline(None), reserve)
-    for r in plan:
-        order = runners[r % len(runners) :] + runners[: r % len(runners)]
-        for runner in order:
+    try:
+        for r in plan:
+            order = runners[r % len(runners) :] + runners[: r % len(runners)]
+            for runner in order:
 
-            def step(data: Any, runner: Runner = runner) -> None:
-                runner.losses.append(runner.step(data))
+                def step(data: Any, runner: Runner = runner) -> None:
+                    runner.losses.append(runner.step(data))
 
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-                resident = torch.cuda.memory_allocated()
-            try:
-                runner.times.append(timed(step, runner.data, steps, device))
-            except Exception as exc:  # noqa: BLE001 - an unmeasured variant's failure is its result
-                if runner not in may_fail or failed is None:
-                    raise
-                failed[runner.name] = f"round {r}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-                print(f"  variant {runner.name} failed, left out: {failed[runner.name]}")
-                runners.remove(runner)
-                continue
-            if device == "cuda":
-                runner.transient = max(runner.transient, torch.cuda.max_memory_allocated() - resident)
+                if device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                    resident = torch.cuda.memory_allocated()
+                try:
+                    runner.times.append(timed(step, runner.data, steps, device))
+                except Exception as exc:  # noqa: BLE001 - an unmeasured variant's failure is its result
+                    if runner not in may_fail or failed is None:
+                        raise
+                    failed[runner.name] = f"round {r}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                    print(f"  variant {runner.name} failed, left out: {failed[runner.name]}")
+                    runners.remove(runner)
+                    continue
+                if device == "cuda":
+                    runner.transient = max(runner.transient, torch.cuda.max_memory_allocated() - resident)
+    except Stopped as exc:
+        plan.stop(str(exc))
+        for runner in runners:
+            del runner.times[plan.done :]
     if plan.note():
         print(f"  {plan.note()}")
     return plan
@@ -254,33 +264,9 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
     t0 = time.perf_counter()
     toolkit = toolkit_runner("toolkit", cfg, device, patched=True)
     toolkit_build_s = time.perf_counter() - t0
-    runners = [toolkit]
-    failed: dict[str, str] = {}
-    for name, overrides in variants:
-        device_batches = "bench.device_batches=true" in overrides
-        if args.deadline.left() <= 0:  # a compiled or captured variant's set-up can take minutes
-            failed[name] = f"not built: the time limit ({args.time_limit:.0f} s) had passed"
-            print(f"  variant {name} left out: {failed[name]}")
-            continue
-        try:
-            vcfg = load(
-                size, device, args.tiny, [*args.override, *(o for o in overrides if not o.startswith("bench."))]
-            )
-            if vcfg.training.global_batch_size != cfg.training.global_batch_size or vcfg.model.seq_length != seq:
-                raise ValueError(f"tokens per step must stay {tokens_per_step} (change micro-batch, not global)")
-            runner = toolkit_runner(name, vcfg, device, patched=True, device_batches=device_batches)
-            for _ in range(args.warmup):  # an unmeasured switch may fail here: reported, not fatal
-                runner.losses.append(runner.step(runner.data))
-            runners.append(runner)
-        except Exception as exc:  # noqa: BLE001 - any failure of a variant is its result
-            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            print(f"  variant {name} failed, left out: {failed[name]}")
-            gc.collect()
-            if cuda:
-                torch.cuda.empty_cache()
-    out["failed_variants"] = failed
+    # the plain model next: the comparison every stage is for is set up before the optional variants
     plain, eager = plain_runner(cfg, device, args.compile if args.compile is not None else cuda)
-    runners.insert(1, plain)
+    runners = [toolkit, plain]
 
     toolkit_model = toolkit.backend.model
     positions = torch.arange(seq, device=device).unsqueeze(0)
@@ -293,9 +279,40 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         "toolkit": sum(p.numel() for p in toolkit_model.parameters()),
         "plain": sum(p.numel() for p in eager.parameters()),
     }
-    for runner in runners[:2]:  # warm-up (variants warmed above): compilation, allocator, cuDNN plans
+    for runner in runners:  # warm-up (each variant's below): compilation, allocator, cuDNN plans
         for _ in range(args.warmup):
             runner.losses.append(runner.step(runner.data))
+    failed: dict[str, str] = {}
+    for name, overrides in variants:
+        device_batches = "bench.device_batches=true" in overrides
+        if args.deadline.left() <= 0:  # a compiled or captured variant's set-up can take minutes
+            failed[name] = f"not built: the time limit ({args.time_limit:.0f} s) had passed"
+            print(f"  variant {name} left out: {failed[name]}")
+            continue
+        try:
+            # a variant's set-up (a first compile, a graph capture) has no bound of its own: the
+            # time limit cuts it, so the rounds of the models built before it still run
+            with args.deadline.bounded():
+                vcfg = load(
+                    size, device, args.tiny, [*args.override, *(o for o in overrides if not o.startswith("bench."))]
+                )
+                if vcfg.training.global_batch_size != cfg.training.global_batch_size or vcfg.model.seq_length != seq:
+                    raise ValueError(f"tokens per step must stay {tokens_per_step} (change micro-batch, not global)")
+                variant = toolkit_runner(name, vcfg, device, patched=True, device_batches=device_batches)
+                for _ in range(args.warmup):  # an unmeasured switch may fail here: reported, not fatal
+                    variant.losses.append(variant.step(variant.data))
+            runners.append(variant)
+        except (Exception, TimeLimit) as exc:  # noqa: BLE001 - any failure of a variant is its result
+            if isinstance(exc, TimeLimit):
+                failed[name] = f"not built: {exc} during its set-up"
+            else:
+                failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            print(f"  variant {name} failed, left out: {failed[name]}")
+            variant = None
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+    out["failed_variants"] = failed
     if cuda:
         torch.cuda.synchronize()
         out["resident_gib"] = torch.cuda.memory_allocated() / 2**30  # every model's weights and optimizer state
@@ -312,7 +329,11 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
         patch_reserve if args.patch_rounds else lambda: 0.0,
     )  # fmt: skip
     out["timed_s"] = time.perf_counter() - t0
+    if plan.stopped_by and not plan.done:
+        raise Stopped(plan.stopped_by)
     out["rounds"] = plan.done
+    if plan.stopped_by:
+        out["stopped"] = plan.note()
     if cuda:  # the most allocated at once during the timed rounds: every model resident + one step's
         out["peak_memory_gib"] = out["resident_gib"] + max(r.transient for r in runners) / 2**30
 
@@ -360,12 +381,22 @@ def run_size(size: str, args: argparse.Namespace, variants: list[tuple[str, list
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    if args.patch_rounds:
+    if args.patch_rounds and plan.stopped_by:
+        print(f"  patched/unpatched: not run ({plan.stopped_by})")
+    elif args.patch_rounds:
         patched = Runner("patched", toolkit.step, toolkit.data)
-        unpatched = toolkit_runner("unpatched", cfg, device, patched=False)
-        for _ in range(args.warmup):
-            unpatched.step(unpatched.data)
-        patch_plan = alternate([patched, unpatched], args.patch_rounds, args.steps, device, deadline=args.deadline)
+        try:
+            unpatched = toolkit_runner("unpatched", cfg, device, patched=False)
+            for _ in range(args.warmup):
+                unpatched.step(unpatched.data)
+            patch_plan = alternate([patched, unpatched], args.patch_rounds, args.steps, device, deadline=args.deadline)
+        except Stopped as exc:  # the size's numbers above are kept
+            patch_plan = Rounds(args.patch_rounds, args.deadline)
+            patch_plan.stop(f"{exc}, in the unpatched model's set-up")
+            print(f"  patched/unpatched: {patch_plan.note()}")
+        if patch_plan.stopped_by:
+            out["stopped"] = f"patched/unpatched: {patch_plan.note()}"
+    if args.patch_rounds and not plan.stopped_by and patch_plan.done:
         ratios = [p / u for p, u in zip(patched.times, unpatched.times)]
         out["patched_over_unpatched"] = {
             "rounds": patch_plan.done,
@@ -422,24 +453,34 @@ def main(argv: list[str] | None = None) -> ExitCode:
         torch.set_flush_denormal(True)  # as train_gpt.py's CPU path does
     results = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "sizes": []}
     print(f"device: {results['device']}, torch {torch.__version__}")
+    code = ExitCode.OK
     try:
-        for size in sizes:
-            try:
-                if args.deadline.left() <= 0:
-                    print(f"== {size}: not started, the time limit ({args.time_limit:.0f} s) has passed")
-                    results["sizes"].append({"size": size, "error": "time limit"})
-                else:
-                    results["sizes"].append(run_size(size, args, variants))
-            except torch.cuda.OutOfMemoryError as exc:
-                print(f"== {size}: out of GPU memory ({str(exc).splitlines()[0][:160]}); skipped")
-                results["sizes"].append({"size": size, "error": "out of memory"})
-                gc.collect()
-                torch.cuda.empty_cache()
-            if args.json:  # after each size: a time limit that stops a later one keeps these
-                args.json.write_text(json.dumps(results, indent=1) + "\n")
+        with stop_on_sigterm():  # the stage's `timeout`: what was measured is written before the exit
+            for size in sizes:
+                try:
+                    if args.deadline.left() <= 0:
+                        print(f"== {size}: not started, the time limit ({args.time_limit:.0f} s) has passed")
+                        results["sizes"].append({"size": size, "error": "time limit"})
+                    else:
+                        results["sizes"].append(run_size(size, args, variants))
+                        if "stopped" in results["sizes"][-1]:  # by SIGTERM: no time for another size
+                            code = ExitCode.RESUMABLE
+                except torch.cuda.OutOfMemoryError as exc:
+                    print(f"== {size}: out of GPU memory ({str(exc).splitlines()[0][:160]}); skipped")
+                    results["sizes"].append({"size": size, "error": "out of memory"})
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                except Stopped as exc:  # in a set-up or a first round: nothing of this size to report
+                    print(f"== {size}: stopped by {exc} before a round of it ended")
+                    results["sizes"].append({"size": size, "error": f"stopped by {exc} before a round ended"})
+                    code = ExitCode.RESUMABLE
+                if args.json:  # after each size: a time limit that stops a later one keeps these
+                    args.json.write_text(json.dumps(results, indent=1) + "\n")
+                if code != ExitCode.OK:
+                    break
     finally:
         shutdown()
-    return ExitCode.OK
+    return code
 
 
 if __name__ == "__main__":

@@ -79,6 +79,31 @@ def copy_sources(events: list, cuda: bool) -> list[tuple[str, str, int, float]]:
     return sorted(((c, s, n, us) for (c, s), (n, us) in rows.items()), key=lambda r: -r[3])
 
 
+HEADER = re.compile(
+    r"^(?P<where>.+): (?:un)?patched step (?P<step_ms>[\d.]+) ms(?:, [\d.]+ TFLOP/s)?(?:, MFU (?P<mfu>[\d.]+))?;"
+)
+FAMILY_LINE = re.compile(r"^  (?P<family>\w+) +(?P<ms>[\d.]+) ms +(?P<share>[\d.]+)%$")
+
+
+def read_profile(text: str) -> dict | None:
+    """The step time, MFU and per-family time of what ``main`` printed (None: no profile in it,
+    e.g. a run cut before it printed): {"step_ms", "mfu" (None on CPU), "families": {name: (ms per
+    step, share)}}. The one reader of this format, beside its writer."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        head = HEADER.match(line)
+        if head:
+            families = {}
+            for follow in lines[i + 1 :]:
+                m = FAMILY_LINE.match(follow)
+                if not m:
+                    break
+                families[m["family"]] = (float(m["ms"]), float(m["share"]) / 100)
+            mfu = head["mfu"]
+            return {"step_ms": float(head["step_ms"]), "mfu": float(mfu) if mfu else None, "families": families}
+    return None
+
+
 def family(name: str) -> str:
     low = name.lower()
     for fam, pattern in FAMILIES:

@@ -69,3 +69,36 @@ def test_a_bad_time_limit_is_exit_2_naming_the_option(script):
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert done.stderr.splitlines()[-1] == f"{script}: error: argument --time-limit: {why}"
+
+
+def test_a_bounded_block_is_cut_when_the_deadline_passes_and_the_alarm_is_put_back():
+    import signal
+    import time
+
+    before = signal.getsignal(signal.SIGALRM)
+    t0 = time.monotonic()
+    with pytest.raises(dl.TimeLimit, match=r"the time limit \(0 s\) passed"):
+        with dl.Deadline(0.2).bounded():
+            time.sleep(30)  # a set-up with no bound of its own
+    assert time.monotonic() - t0 < 5
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with dl.Deadline(None).bounded():  # no limit: no alarm
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with pytest.raises(dl.TimeLimit):  # through the `except Exception` of the code it cuts
+        try:
+            with dl.Deadline(0.1).bounded():
+                time.sleep(30)
+        except Exception:  # noqa: BLE001
+            pytest.fail("TimeLimit was caught as an Exception")
+
+
+def test_sigterm_raises_stopped_once_and_the_handler_is_put_back():
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(dl.Stopped, match=r"SIGTERM \(the stage's time limit\)"):
+        with dl.stop_on_sigterm():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause()  # not reached: the handler raises on delivery
+    assert signal.getsignal(signal.SIGTERM) is before

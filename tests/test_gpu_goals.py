@@ -69,3 +69,36 @@ def test_a_folder_without_results_is_refused(tmp_path, capsys):
     assert gpu_goals.main([str(tmp_path)]) == 2
     assert f"no gpu_vs_plain.py JSON in {tmp_path}" in capsys.readouterr().err
     assert gpu_goals.main([str(tmp_path / "absent")]) == 2
+
+
+PROFILE = """USDT:2026-11-26 09:29:39 18696:18696 SyncActivityProfilerHandler.cpp:52] profiler_start
+NVIDIA H100 80GB HBM3: patched step 642.6 ms, 204 TFLOP/s, MFU 0.207; profiled 2 steps, device time per step by family:
+  matmul            173.50 ms   27.0%
+  copy_cast         237.76 ms   37.0%
+  elementwise        77.11 ms   12.0%
+top 20 kernels:
+     43.47 ms  16.7% x48    copy_cast     CatArrayBatchedCopy
+"""
+
+
+def test_stopped_rounds_memory_and_the_profiles_copy_share_are_tabled(tmp_path, capsys):
+    """A size whose rounds SIGTERM ended is marked; the GPU memory the configs' comments need and
+    each step profile's copy_cast share (the RoPE fix's before and after) come with the tables."""
+    c = tmp_path / "c"
+    c.mkdir()
+    s = size("124m", 0.95, 0.31)
+    s.update(stopped="SIGTERM (the stage's time limit): 3 of 6 rounds ran", resident_gib=12.25, peak_memory_gib=30.5)
+    s["models"]["toolkit"]["step_transient_gib"] = 18.25
+    write(c / "levers_124m.json", s)
+    (c / "copies_megatron.txt").write_text(PROFILE)
+    (c / "copies_toolkit.txt").write_text(
+        PROFILE.replace("642.6", "600.0").replace("237.76 ms   37.0%", "120.00 ms   20.0%")
+    )
+    (c / "copies_cut.txt").write_text("USDT: profiler_start\n")  # cut before it printed
+    assert gpu_goals.main([str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "| levers_124m | 124m | 10 (stopped) |" in out
+    assert "| levers_124m | 124m | 12.2 | 30.5 | toolkit 18.2 |" in out
+    assert "| copies_megatron | 642.6 | 0.207 | 237.76 | 37.0% |" in out
+    assert "| copies_toolkit | 600.0 | 0.207 | 120.00 | 20.0% |" in out
+    assert "| copies_cut | no profile in the file (cut by its time limit?) | | | |" in out

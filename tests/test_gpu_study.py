@@ -173,3 +173,37 @@ def test_gpu_study_script_parses_and_names_its_steps():
     assert usage.returncode == 2 and all(
         f"gpu_study.sh {step}" in usage.stdout for step in ("prepare", "bench", "part")
     )
+
+
+def test_travel_counts_what_a_device_call_sends_untracked_files_too(tmp_path):
+    """The device tool sends tracked and untracked-not-ignored files with the carry, 64 MiB in
+    all; `prepare` counted tracked files only, so an untracked file could make the call refuse
+    a tree that `prepare` had passed."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    for name in ("gpu_study.sh", "node_env.sh"):
+        shutil.copy(REPO / "benchmarks" / name, repo / "benchmarks" / name)
+    (repo / ".gitignore").write_text("/demo_out/\nignored.bin\n")
+    (repo / "tracked.bin").write_bytes(b"\0" * 2**20)
+    (repo / "ignored.bin").write_bytes(b"\0" * 40 * 2**20)  # stays here
+    (repo / "demo_out" / "gpu_carry" / "data").mkdir(parents=True)
+    (repo / "demo_out" / "gpu_carry" / "data" / "train.bin").write_bytes(b"\0" * 50 * 2**20)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=repo, check=True)
+
+    def travel():
+        return subprocess.run(["bash", "benchmarks/gpu_study.sh", "travel"], cwd=repo, capture_output=True, text=True)
+
+    done = travel()
+    assert done.returncode == 0, done.stderr
+    assert "data 50.0 MiB" in done.stdout and "working tree 1.0 MiB" in done.stdout  # + the scripts' few KiB
+    assert "together 51.0 MiB of 64" in done.stdout
+    (repo / "notes.bin").write_bytes(b"\0" * 14 * 2**20)  # untracked, not ignored: it travels
+    done = travel()
+    assert done.returncode == 2 and "working tree 15.0 MiB" in done.stdout and "together 65.0 MiB" in done.stdout
+    assert "over 64 MiB: a device call would refuse it" in done.stderr

@@ -117,26 +117,99 @@ def test_harness_past_its_time_limit_starts_no_size_and_says_so(tmp_path):
     assert "== 350m: not started, the time limit (0 s) has passed" in done.stdout
 
 
-def test_harness_whose_time_limit_passes_during_set_up_builds_no_more_variants(tmp_path):
-    """The limit passes after the size has started (planted: the deadline has time left at its
-    first look only): the variant is not built, one round runs, and the size is still reported."""
-    out = tmp_path / "out.json"
-    script = f"""
-import sys
-from benchmarks import deadline, gpu_vs_plain
-looks = iter([100.0])
-deadline.Deadline.left = lambda self: next(looks, -1.0)
-sys.exit(gpu_vs_plain.main(["--device", "cpu", "--tiny", "--sizes", "124m", "--rounds", "3", "--steps", "1",
-    "--warmup", "1", "--patch-rounds", "0", "--time-limit", "60", "--json", {str(out)!r},
-    "--variant", "rope_megatron:model.rope_impl=megatron"]))
-"""
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+def planted_harness(planted: str, *args: str) -> subprocess.CompletedProcess:
+    """``gpu_vs_plain.main(["--device", "cpu", "--tiny", *args])`` in a fresh process, after the
+    code ``planted`` (a clock, a slow build, a signal) has run there."""
+    argv = ["--device", "cpu", "--tiny", *args]
+    script = f"import sys\nfrom benchmarks import gpu_vs_plain\n{planted}\nsys.exit(gpu_vs_plain.main({argv!r}))\n"
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=300)  # fmt: skip
+
+
+ONE_SIZE = ["--sizes", "124m", "--rounds", "3", "--steps", "1", "--warmup", "1", "--patch-rounds", "0"]
+
+
+LIMIT_PASSED = """from benchmarks import deadline
+looks = iter([100.0])  # the size's start
+deadline.Deadline.left = lambda self: next(looks, -1.0)"""
+SLOW_VARIANT = """import time
+from benchmarks import deadline
+looks = iter([100.0, 100.0, 1.0])  # the size's start, the variant's start, its bounded set-up
+deadline.Deadline.left = lambda self: next(looks, -1.0)
+build = gpu_vs_plain.toolkit_runner
+def slow(name, *args, **kwargs):
+    if name == "slow":
+        time.sleep(600)
+    return build(name, *args, **kwargs)
+gpu_vs_plain.toolkit_runner = slow"""
+
+
+@pytest.mark.parametrize(
+    ("planted", "variant", "why"),
+    [
+        (LIMIT_PASSED, "rope_megatron", "not built: the time limit (60 s) had passed"),
+        (SLOW_VARIANT, "slow", "not built: the time limit (60 s) passed during its set-up"),
+    ],
+    ids=["passed-before-the-variant", "passed-in-its-set-up"],
+)
+def test_a_variant_the_time_limit_leaves_no_time_for_is_left_out_and_the_others_still_run(
+    tmp_path, planted, variant, why
+):
+    """The limit passes after the size has started (planted: the deadline has time left at its
+    first looks only): before the variant's set-up, it is not built; in it (a first
+    torch.compile or graph capture has no bound of its own; planted: a 10-minute build with 1 s
+    left), the set-up is cut. Either way one round of the toolkit and plain models runs and the
+    size is reported; before the cut, the stage's `timeout` killed the process in that build
+    and its JSON was never written."""
+    out = tmp_path / "out.json"
+    done = planted_harness(planted, *ONE_SIZE, "--time-limit", "60", "--json", str(out),
+                           "--variant", f"{variant}:model.rope_impl=megatron")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (size,) = json.loads(out.read_text())["sizes"]
-    assert size["failed_variants"] == {"rope_megatron": "not built: the time limit (60 s) had passed"}
+    assert size["failed_variants"] == {variant: why}
     assert set(size["models"]) == {"toolkit", "plain"} and size["rounds"] == 1
-    assert "time limit (60 s): 1 of 3 rounds ran" in done.stdout
+    assert why in done.stdout and "time limit (60 s): 1 of 3 rounds ran" in done.stdout
+
+
+SIGTERM_IN_ROUND_2 = """import os, signal
+from benchmarks import patch_overhead
+real, calls = patch_overhead.timed, []
+def timed(*args):
+    calls.append(1)
+    if len(calls) == 5:  # round 2's first runner (2 runners per round)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args)
+patch_overhead.timed = timed"""
+
+
+def test_sigterm_in_the_rounds_writes_the_rounds_that_ended(tmp_path):
+    """The stage's `timeout` sends SIGTERM (planted: in the third round, after 2 ended): the two
+    rounds are reported and written, the patched/unpatched rounds are not started, no later size
+    is, and the exit is 75. Before, SIGTERM ended the process with no JSON at all."""
+    out = tmp_path / "out.json"
+    done = planted_harness(SIGTERM_IN_ROUND_2, "--sizes", "124m,350m", "--rounds", "5", "--steps", "1",
+                           "--warmup", "1", "--patch-rounds", "2", "--json", str(out))  # fmt: skip
+    assert done.returncode == 75, done.stderr[-3000:]
+    (size,) = json.loads(out.read_text())["sizes"]  # 350m not started
+    assert size["rounds"] == 2 and size["stopped"] == "SIGTERM (the stage's time limit): 2 of 5 rounds ran"
+    assert [len(m["step_s"]) for m in size["models"].values()] == [2, 2]
+    assert "patched_over_unpatched" not in size
+    assert "patched/unpatched: not run (SIGTERM (the stage's time limit))" in done.stdout
+
+
+def test_sigterm_in_the_set_up_records_the_size_as_stopped(tmp_path):
+    out = tmp_path / "out.json"
+    planted = """import os, signal
+build = gpu_vs_plain.plain_runner
+def plain_runner(*args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return build(*args)
+gpu_vs_plain.plain_runner = plain_runner"""
+    done = planted_harness(planted, "--sizes", "124m,350m", "--json", str(out))
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert json.loads(out.read_text())["sizes"] == [
+        {"size": "124m", "error": "stopped by SIGTERM (the stage's time limit) before a round ended"}
+    ]
 
 
 @pytest.mark.gpu
