@@ -95,9 +95,20 @@ class Cluster:
         lines = path.read_text().splitlines() if path.exists() else []
         return [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in lines]
 
-    def cancel_all(self) -> None:
-        """Cancel every job of this private test cluster (a test's leftovers)."""
+    def cancel_all(self, timeout: float = 60) -> None:
+        """Cancel every job of this private test cluster (a test's leftovers), and wait until the
+        queue is empty. With nothing queued no ``scancel`` is sent: a user-wide cancel issued as
+        the next test submits was seen to kill that test's new array at its start (CI,
+        2026-11-26: both tasks SIGTERMed 50 ms after they started, no kill request of theirs in
+        slurmctld.log)."""
+        if not self.queued():
+            return
         self.run("scancel", f"--user={os.getuid()}", check=False)
+        deadline = time.time() + timeout
+        while self.queued():  # every job of this cluster is the tests' (a pending array shows as 12_[0-3])
+            if time.time() > deadline:
+                raise TimeoutError(f"jobs still queued {timeout} s after scancel: {self.queued()}")
+            time.sleep(0.5)
 
 
 def _conf_text(node: str, cpus: int) -> str:
