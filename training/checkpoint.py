@@ -299,17 +299,21 @@ def load_model_weights(cfg: Any, ckpt: Checkpoint) -> torch.nn.Module:
         except RuntimeError as exc:
             raise CheckpointError(f"{ckpt.path} does not fit {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
         return model.float().eval()
+    model = build_model(cfg, _vocab_in(ckpt, None), skip_init)
+    _load_dist_model(model, ckpt, f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / CONFIG_FILE}'s model")
+    return model.float().eval()
+
+
+def _load_dist_model(model: torch.nn.Module, ckpt: Checkpoint, failure: str) -> None:
+    """The model's keys of a ``dist`` checkpoint into ``model``, in ``model``'s layout (megatron
+    reshards); the optimizer's keys in the folder are left unread. ``failure`` starts the error."""
     from megatron.core import dist_checkpointing
 
-    model = build_model(cfg, _vocab_in(ckpt, None), skip_init)
-    try:  # only the model's keys are requested; the optimizer's in the folder are left unread
+    try:
         state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt.path / "dist"))
         model.load_state_dict(state["model"], strict=True)
     except Exception as exc:
-        raise CheckpointError(
-            f"cannot load {ckpt.path / 'dist'} into {ckpt.run_dir / CONFIG_FILE}'s model: {type(exc).__name__}: {exc}"
-        ) from exc
-    return model.float().eval()
+        raise CheckpointError(f"{failure}: {type(exc).__name__}: {exc}") from exc
 
 
 # ----------------------------------------------------------------------------- another run's weights (checkpoint.init_from)
@@ -347,15 +351,7 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
     ckpt = init_source(source)
     par = cfg.parallel
     if ckpt.format == "dist":
-        from megatron.core import dist_checkpointing
-
-        try:
-            state = dist_checkpointing.load({"model": model.sharded_state_dict()}, str(ckpt.path / "dist"))
-            model.load_state_dict(state["model"], strict=True)
-        except Exception as exc:
-            raise CheckpointError(
-                f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model: {type(exc).__name__}: {exc}"
-            ) from exc
+        _load_dist_model(model, ckpt, f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model")
         return ckpt
     if par.tensor_model_parallel_size > 1 or par.pipeline_model_parallel_size > 1:
         raise CheckpointError(
