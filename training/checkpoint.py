@@ -31,11 +31,14 @@ import torch
 import torch.distributed as dist
 
 from jobscripts.atomic import atomic_write_text
+from runconfig import load_config
+from runconfig.schema import RunConfig
 from rundir.files import (
     CHECKPOINTS_DIR,
     COMMON_FILE,
     CONFIG_FILE,
     LATEST,
+    RunDirError,
     checkpoint_dir,
     checkpoint_steps,
     latest_checkpoint,
@@ -148,6 +151,14 @@ class Checkpoint:
     format: str  # "cpu" (model_tp{T}_pp{P}.pt per model-parallel rank) | "dist" (dist/ folder)
     tp: int = 1  # tensor-parallel ranks of a CPU checkpoint (joined on reading)
     pp: int = 1  # pipeline stages of a CPU checkpoint (joined on reading)
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The config a run directory was trained with (its ``config.yaml``)."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing (not a run directory, or the run never started)")
+    return load_config(RunConfig, path)
 
 
 def one_process_config(cfg: Any) -> Any:
@@ -321,16 +332,15 @@ def init_source(source: str | Path) -> Checkpoint:
     """``checkpoint.init_from``: a run directory (its latest checkpoint) or one of its checkpoint
     folders (``RUN/checkpoints/step_00000100``)."""
     path = Path(source)
-    if (path / COMMON_FILE).is_file() and path.parent.name == CHECKPOINTS_DIR:
-        try:
-            step = int(json.loads((path / COMMON_FILE).read_text())["step"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"checkpoint.init_from: cannot read {path / COMMON_FILE}: {exc}") from exc
-        return find_checkpoint(path.parent.parent, step)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint.init_from: {path} is neither a run directory nor a checkpoint folder")
+    run_dir, step = path, None
+    if path.parent.name == CHECKPOINTS_DIR:  # one of a run's complete checkpoint folders
+        steps = [k for k in checkpoint_steps(path.parent.parent) if step_dir_name(k) == path.name]
+        if steps:
+            run_dir, step = path.parent.parent, steps[0]
     try:
-        return find_checkpoint(path)
+        return find_checkpoint(run_dir, step)
     except CheckpointError as exc:
         raise CheckpointError(f"checkpoint.init_from: {exc}") from exc
 
@@ -345,9 +355,6 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
     initializes a run without tensor or pipeline parallelism. The shapes must match
     (``strict``): a mismatch names both sides.
     """
-    from runconfig import load_config
-    from runconfig.schema import RunConfig
-
     ckpt = init_source(source)
     par = cfg.parallel
     if ckpt.format == "dist":
@@ -360,8 +367,8 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
             "a GPU (dist) checkpoint loads into any layout"
         )
     try:
-        source_cfg = one_process_config(load_config(RunConfig, ckpt.run_dir / CONFIG_FILE))
-    except Exception as exc:
+        source_cfg = one_process_config(read_run_config(ckpt.run_dir))
+    except (OSError, ValueError) as exc:  # RunDirError and ConfigError are ValueErrors
         raise CheckpointError(f"checkpoint.init_from: cannot read {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
     state = _cpu_state(source_cfg, ckpt)
     try:

@@ -36,11 +36,10 @@ from data_prep.tokenizer import load_tokenizer
 from jobscripts.atomic import atomic_write_text
 from jobscripts.cli import state_defaults
 from jobscripts.quiet import quiet_libraries
-from runconfig import load_config
 from runconfig.schema import RunConfig
 from rundir.contract import SUMMARY_FILE, ExitCode, Status
-from rundir.files import CONFIG_FILE, RunDirError, checkpoint_steps, read_summary
-from training.checkpoint import find_checkpoint, load_model_weights, one_process_config
+from rundir.files import RunDirError, checkpoint_steps, read_summary
+from training.checkpoint import find_checkpoint, load_model_weights, one_process_config, read_run_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
 from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
 
@@ -59,13 +58,6 @@ class NoTokenizerError(ExportError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"{reason}; {self.HINT}")
         self.reason = reason
-
-
-def read_run_config(run_dir: Path) -> RunConfig:
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise RunDirError(f"{path}: missing (not a run directory, or the run never started)")
-    return load_config(RunConfig, path)
 
 
 def refuse_diverged(run_dir: Path, step: Optional[int]) -> None:
