@@ -98,6 +98,12 @@ def _identity(m: Manifest) -> dict[str, Any]:
     }
 
 
+def _recorded_identity(out: Path) -> Optional[dict[str, Any]]:
+    """The identity the study's first part recorded in ``out`` (None: none recorded)."""
+    path = out / IDENTITY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _has_runs(out: Path) -> bool:
     runs = out / "sweep" / RUNS_DIR
     return runs.is_dir() and any(runs.iterdir())
@@ -108,18 +114,17 @@ def _check_same_data(out: Path, m: Manifest) -> None:
     the data's folder, so a corpus file edited between two parts (rebuilt in place) or a
     prepared folder prepared again would have the old runs reported as the new data's. The
     first part records the data's identity in ``out``; a later part with runs refuses another."""
-    recorded_path = out / IDENTITY_FILE
     now = _identity(m)
-    if recorded_path.is_file() and _has_runs(out):
-        recorded = json.loads(recorded_path.read_text())
+    recorded = _recorded_identity(out)
+    if recorded is not None and _has_runs(out):
         if recorded != now:
             changed = ", ".join(k for k in now if recorded.get(k) != now[k])
             raise CorpusError(
-                f"{m.path}: not the data {out}'s runs trained on ({changed} differ from {recorded_path}); "
+                f"{m.path}: not the data {out}'s runs trained on ({changed} differ from {out / IDENTITY_FILE}); "
                 "give another --out for the new data, or restore the old"
             )
         return
-    atomic_write_text(recorded_path, json.dumps(now, indent=1) + "\n")
+    atomic_write_text(out / IDENTITY_FILE, json.dumps(now, indent=1) + "\n")
 
 
 def _build(out: Path, s: Study, workers: int) -> None:
@@ -149,10 +154,10 @@ def _build(out: Path, s: Study, workers: int) -> None:
                 f"{built}: {out} holds a study trained at vocab_size {vocab}, but study {s.name!r} asks for "
                 f"{s.vocab_size}; give another --out for the new vocabulary, or restore vocab_size"
             )
-    if manifest is None and built.is_file() and not is_registry(s.corpus) and (out / IDENTITY_FILE).is_file():
+    if manifest is None and built.is_file() and not is_registry(s.corpus):
         # the user's JSONL edited since: data_prep would rebuild out/data in place under the old runs
-        recorded = json.loads((out / IDENTITY_FILE).read_text()).get("inputs_sha256")
-        if _has_runs(out) and recorded != [file_sha256(s.corpus)]:
+        identity = _recorded_identity(out)
+        if identity is not None and _has_runs(out) and identity.get("inputs_sha256") != [file_sha256(s.corpus)]:
             raise CorpusError(
                 f"{s.corpus}: changed since {data_dir} was built from it (sha256 differs from {out / IDENTITY_FILE}); "
                 f"{out} holds runs trained on the old text: give another --out, or restore the file"
