@@ -25,6 +25,7 @@ from launch.resources import cpu_count, make_slots
 from launch.sweep_dir import read_plan, write_plan
 from launch.sweep_spec import expand, load_spec
 from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+from rundir.files import latest_checkpoint
 from tests.launch_fixtures.helpers import (
     REPO,
     derived_spec,
@@ -120,7 +121,7 @@ def _pid_gone(pid: int) -> bool:
 
 def test_sigkilled_sweep_resumes_only_missing_runs_without_duplicates(tmp_path, monkeypatch):
     grid = {"model.num_layers": [2, 4], "optimizer.lr": {"log2_range": [-10, -6, 2]}}  # 6 runs, 2 diverge
-    spec = _spec(tmp_path, steps=20, grid=grid)
+    spec = _spec(tmp_path, steps=40, grid=grid)
     sweep_dir = tmp_path / "sw"
     write_plan(sweep_dir, expand(spec, load_spec(spec)))
     runs = _runs(sweep_dir)
@@ -134,12 +135,20 @@ def test_sigkilled_sweep_resumes_only_missing_runs_without_duplicates(tmp_path, 
     def final() -> list[str]:
         return [rid for rid, rd in runs.items() if (rd / "summary.json").exists()]
 
-    def mid_run() -> list[dict]:  # started after at least 2 steps and still going
+    def mid_run() -> list[dict]:
+        """Runs still going with a checkpoint past the fake divergence (step 3) and at least 20
+        steps (1 s) left, so that one is still going when the kill lands on a loaded machine (a
+        run seen at step 2 may diverge, or one near its end finish, before it)."""
         out = []
         for rd in runs.values():
-            ev = events(rd)
-            if ev and ev[-1]["event"] == "start" and (rd / "checkpoints" / "latest").exists():
-                out.append(ev[-1])
+            ev, latest = events(rd), latest_checkpoint(rd)
+            if ev and ev[-1]["event"] == "start" and latest is not None:
+                try:
+                    step = json.loads((latest / "state.json").read_text())["step"]
+                except (OSError, ValueError):  # pruned (checkpoint.keep) or being written: look again
+                    continue
+                if 3 <= step <= 20:
+                    out.append(ev[-1])
         return out
 
     _wait_for(lambda: len(final()) >= 2 and mid_run(), 120, "2 finished runs and one in flight")
