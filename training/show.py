@@ -114,17 +114,19 @@ def main(argv: list[str] | None = None) -> ExitCode:
                 validate_layout(cfg, args.gpus)
             except ValueError as exc:
                 raise ValueError(f"--gpus {args.gpus}: {exc}") from None
+        from patches.table import build_table, global_parameters
+
         resolved, model = _meta_model(cfg)
+        table = build_table(resolved, global_parameters(model))
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    from patches.table import build_table, format_table, global_parameters
-    from training.footprint import split_parameters
-
-    table = build_table(resolved, global_parameters(model))
     if args.json:
         print(json.dumps(table, indent=2))
     else:
+        from patches.table import format_table
+        from training.footprint import split_parameters
+
         print(format_table(table))
         print()
         print("\n".join(size_lines(cfg, split_parameters(model), args.gpus)))
