@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars -> runtime.progress=false")
     p.add_argument("--restart", action="store_true", help="delete the output directory's work files first")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a completed build of another config in the output directory (else refused, exit 2)"
+        " -> output.overwrite=true",
+    )
+    p.add_argument(
         "--executor", choices=("local", "slurm"), help="local cores, or SLURM job arrays -> runtime.executor"
     )
     p.add_argument("--dry-run", action="store_true", help="slurm: write the scripts, print the sbatch commands")
@@ -80,6 +86,8 @@ def _flag_layer(args: argparse.Namespace) -> dict:
     put("runtime", "executor", args.executor)
     if args.no_progress:
         put("runtime", "progress", False)
+    if args.overwrite:
+        put("output", "overwrite", True)
     return layer
 
 

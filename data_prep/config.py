@@ -63,6 +63,8 @@ class OutputConfig:
     dir: str = "data_prep_out"  # gets manifest.json, <prefix>.bin/.idx, tokenizer, skipped.jsonl, .work/
     train_prefix: str = "train"
     valid_prefix: str = "valid"
+    # a completed build of another config in ``dir`` (its manifest.json) is replaced, not refused
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not self.dir:

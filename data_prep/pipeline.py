@@ -31,6 +31,7 @@ from data_prep.stages import DataPrepError, Job, Stage
 from data_prep.tokenizer import load_tokenizer
 from data_prep.writer import tokenize_shard
 from jobscripts.allocation import allocated_cpus
+from jobscripts.atomic import read_json
 
 __all__ = ["DataPrepError", "clean_work", "manifest_without_run", "run", "run_task"]
 logger = logging.getLogger("data_prep")
@@ -107,10 +108,35 @@ def _workers(cfg: DataPrepConfig, units: int) -> int:
     return min(workers, units) if workers else 0
 
 
+class OutputExistsError(ValueError):
+    """``output.dir`` holds a completed build of another config (exit 2, nothing done)."""
+
+
+def check_output(cfg: DataPrepConfig, out: Path) -> None:
+    """Refuse to replace a completed build of another config in ``out``: its manifest.json's
+    ``config`` (what shapes the output: :func:`stages.config_section`) must be this config's,
+    unless ``output.overwrite``. The same config resumes, or with nothing left keeps every file;
+    a manifest without a ``config`` (written by hand or by a version before it) is not compared."""
+    if cfg.output.overwrite:
+        return
+    recorded = read_json(out / MANIFEST_FILE)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("config"), dict):
+        return
+    from runconfig import changed_keys, describe_changes
+
+    differs = describe_changes(changed_keys(recorded["config"], stages.config_section(cfg)))
+    if differs:
+        raise OutputExistsError(
+            f"output.dir {out} holds a completed build of another config ({out / MANIFEST_FILE}): "
+            f"{'; '.join(differs)}. Give another output.dir, or --overwrite (output.overwrite=true) to replace it"
+        )
+
+
 def check_inputs(cfg: DataPrepConfig) -> list[Shard]:
-    """The shard list; bad inputs, a missing extractor or an unusable tokenizer fail here, before
-    anything is written."""
+    """The shard list; a completed build of another config in the output directory, bad inputs, a
+    missing extractor or an unusable tokenizer fail here, before anything is written."""
     out = Path(cfg.output.dir).resolve()
+    check_output(cfg, out)
     sources = [s for s in expand_inputs(cfg.input) if not _written_here(Path(s.path).resolve(), out)]
     if not sources:
         raise InputError(f"input.paths: every file they match is one data_prep wrote into output.dir {out}")

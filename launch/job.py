@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import OmegaConf
-
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command, written_exit_code
@@ -28,7 +26,7 @@ from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
-from runconfig.loader import flatten, parse_overrides
+from runconfig.loader import overridden
 from runconfig.validate import validate_layout
 from rundir.contract import SUMMARY_FILE, ExitCode
 
@@ -79,8 +77,7 @@ LAYOUT_KEYS = (
 def _layout_source(config: Path, overrides: Sequence[str]) -> str:
     """Where a layout that does not fit the processes came from: the file, and the layout keys
     the command line set on top of it (the file may hold other values for them)."""
-    given = flatten(OmegaConf.to_container(parse_overrides(overrides))) if overrides else {}
-    mine = [f"{k}={given[k]}" for k in LAYOUT_KEYS if k in given]
+    mine = overridden(LAYOUT_KEYS, overrides)
     return f"{config} with {' '.join(mine)} (command line)" if mine else str(config)
 
 

@@ -43,6 +43,15 @@ def global_named_parameters(model: torch.nn.Module, layer_offset: int = 0) -> li
     return out
 
 
+def tp_partition_dim(param: torch.Tensor) -> int | None:
+    """The dimension megatron-core splits ``param`` along over tensor-parallel ranks, read from
+    the attributes it sets on the parameter (``tensor_model_parallel``, ``partition_dim``); None
+    for a parameter every rank holds whole. Megatron sets them on a weight only when it
+    initializes it (``perform_initialization``; on the meta device that costs nothing), on a
+    column-parallel bias always."""
+    return int(param.partition_dim) if getattr(param, "tensor_model_parallel", False) else None
+
+
 def global_parameters(
     model: torch.nn.Module, tp_size: int = 1, layer_offset: int = 0
 ) -> list[tuple[str, list[int], str]]:
@@ -50,8 +59,9 @@ def global_parameters(
     out = []
     for bare, param, role in global_named_parameters(model, layer_offset):
         shape = list(param.shape)
-        if getattr(param, "tensor_model_parallel", False) and tp_size > 1:
-            shape[param.partition_dim] *= tp_size
+        dim = tp_partition_dim(param)
+        if dim is not None and tp_size > 1:
+            shape[dim] *= tp_size
         out.append((bare, shape, role))
     return out
 

@@ -185,10 +185,22 @@ def _blamed(message: str, layers: list[tuple[str, Any]], path: Any) -> str:
     if first:
         named = {first.group(1), *re.findall(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)=", message)}
         for source, layer in reversed(layers):
-            tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer
-            if isinstance(tree, dict) and named & set(flatten(tree)):
+            if named & set(_keys_set(layer)):
                 return source
     return str(path or "config")
+
+
+def _keys_set(layer: Any) -> dict[str, Any]:
+    """The dotted keys a config layer (a file's mapping, parsed overrides) sets, with their values."""
+    tree = OmegaConf.to_container(layer) if isinstance(layer, DictConfig) else layer
+    return flatten(tree) if isinstance(tree, dict) else {}
+
+
+def overridden(keys: Iterable[str], overrides: Sequence[str]) -> list[str]:
+    """``key=value`` for each of ``keys`` (in their order) that the command line's dotted
+    ``overrides`` set: where a check made after loading (``validate_layout``) got its values."""
+    given = _keys_set(parse_overrides(overrides)) if overrides else {}
+    return [f"{key}={given[key]}" for key in keys if key in given]
 
 
 def to_dict(cfg: Any) -> dict:

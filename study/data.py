@@ -170,7 +170,12 @@ def _build(out: Path, s: Study, workers: int) -> None:
             corpus = corpus_jsonl(out / "corpus", cache / "demo_corpus", s.corpus)
         else:
             corpus = Path(s.corpus)  # the user's JSONL, read where it is
-        build_from_texts(corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05)
+        # the checks above decide whether out/data may be rebuilt (corpus, vocabulary, text); a
+        # build of another config there (e.g. the user's JSONL read from a new path) is replaced
+        build_from_texts(
+            corpus, data_dir, vocab_size=s.vocab_size, workers=workers, valid_fraction=0.05,
+            overrides=["output.overwrite=true"],
+        )  # fmt: skip
 
 
 def carried_manifest(out: Path, s: Study) -> Optional[Manifest]:

@@ -28,7 +28,7 @@ from study.data import base_config, prepare_data
 from study.log import log as _log
 from study.preview import check_run_configs
 from study.spec import Study
-from study.summary import headline, render_markdown, study_status, unreached
+from study.summary import headline, render_markdown, study_status
 from study.sweep import AdaptiveSweep
 
 
@@ -98,14 +98,14 @@ def run_demo(
     write_results(sweep_dir, sweep.plan, states)
     report_dir = out / "report"
     status = study_status(sweep, s)
-    for line in unreached(status[0], sweep, s):  # arms whose walk stopped short of the deepest depth
+    for line in status.unreached:  # arms whose walk stopped short of the deepest depth
         _log(line.replace("**", ""))
-    trained = sorted({p.depth for p in status[0]})
+    trained = sorted({p.depth for p in status.results})
     if len(trained) < 2:
         _log(f"nothing to analyse: no depth past the base depth L={s.depths[0]} was trained")
         return ExitCode.USAGE
     try:
-        transfer = analyse(sweep_dir, report_dir, s, goal_context=status[3], depths=trained)
+        transfer = analyse(sweep_dir, report_dir, s, goal_context=status.lines, depths=trained)
     except LaunchError as exc:
         _log(str(exc))
         return ExitCode.USAGE

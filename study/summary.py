@@ -4,7 +4,7 @@ headline rows; as ``demo_summary.json`` and ``demo_summary.md``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from study.corpus import DEFAULT_CORPUS, corpus_attribution, corpus_label
 from study.planner import DIVERGED, Outcome, Point, Stop
@@ -80,19 +80,30 @@ def unreached(results: dict[Point, Outcome], sweep: AdaptiveSweep, s: Study) -> 
     return lines
 
 
-def study_status(sweep: AdaptiveSweep, s: Study) -> tuple[dict[Point, Outcome], Stop, dict[str, Any], list[str]]:
+class StudyStatus(NamedTuple):
+    results: dict[Point, Outcome]  # the finished runs
+    stop: Stop  # why the study stopped
+    used: dict[str, Any]  # what it spent (:func:`spent`)
+    lines: list[str]  # what the summary and the report say: the stop lines, then ``unreached``
+    unreached: list[str]  # :func:`unreached`'s lines (the demo logs them too)
+
+
+def study_status(sweep: AdaptiveSweep, s: Study) -> StudyStatus:
     """The finished results, why the study stopped, what it spent, and the lines that say so."""
     results = sweep.results()  # one read of every run's summary
     stop = sweep.planner.stop(results)
     used = spent(results, sweep, s)
-    return results, stop, used, stop_lines(stop, used, s) + unreached(results, sweep, s)
+    short = unreached(results, sweep, s)
+    return StudyStatus(results, stop, used, stop_lines(stop, used, s) + short, short)
 
 
-def headline(report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: Any = None) -> dict[str, Any]:
+def headline(
+    report: dict[str, Any], sweep: AdaptiveSweep, s: Study, status: StudyStatus | None = None
+) -> dict[str, Any]:
     """Best end-of-training loss per depth per arm, its rise with depth, the LR optima, the
     goals and what was spent (``status``: :func:`study_status`, computed here if not given)."""
     out: dict[str, Any] = {"settings": {k: v for k, v in vars(s).items()}, "corpus": s.corpus, "presets": {}}
-    results, stop, used, lines = status or study_status(sweep, s)
+    results, stop, used, lines, _ = status or study_status(sweep, s)
     out["stop"] = {"reason": stop.reason, "text": STOP_TEXT[stop.reason]}
     out["spent"] = used
     out["goals"] = report.get("goals", [])

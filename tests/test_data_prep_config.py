@@ -112,7 +112,9 @@ def test_no_valid_split_writes_no_valid_files(tmp_path):
     first = build_from_texts(texts, out, vocab_size=400, workers=0, valid_fraction=0.2, filters=False)
     assert first["valid"]["prefixes"] == ["valid"] and first["valid"]["documents"] >= 1
     assert (out / "valid.bin").exists()
-    m = build_from_texts(texts, out, vocab_size=400, workers=0, valid_fraction=0.0, filters=False)
+    m = build_from_texts(  # another split into the completed build: replacing it is asked for
+        texts, out, vocab_size=400, workers=0, valid_fraction=0.0, filters=False, overrides=["output.overwrite=true"]
+    )
     assert m["valid"] == {"prefixes": [], "documents": 0, "tokens": 0}
     assert m["train"]["prefixes"] == ["train"] and m["train"]["documents"] == 12
     assert m["config"]["split"]["min_valid_documents"] == 0

@@ -210,6 +210,7 @@ def test_a_run_reads_each_clean_marker_twice_at_most(planted, tmp_path, monkeypa
 
     monkeypatch.setattr(stages, "read_json", counting)
     overrides = [*planted_overrides(planted["raw"], out), "clean.near_dedup.enabled=true"]  # the stages that read them
+    overrides.append("output.overwrite=true")  # another config than the copied build's
     manifest = run(load_data_prep_config(None, overrides))
     assert manifest["run"]["reused"]["clean"] == 5
     assert len(reads) == 5 and set(reads.values()) == {2}, reads
@@ -554,9 +555,40 @@ def test_adding_an_input_reuses_finished_shards(tmp_path):
     ]
     first = run(load_data_prep_config(None, overrides))
     write_jsonl(raw / "c.jsonl", [english_doc(i) for i in range(25, 40)])  # 5 duplicates of b
-    second = run(load_data_prep_config(None, [*overrides, f"tokenizer.path={tmp_path / 'out' / 'tokenizer.model'}"]))
+    again = [*overrides, f"tokenizer.path={tmp_path / 'out' / 'tokenizer.model'}", "output.overwrite=true"]
+    second = run(load_data_prep_config(None, again))  # another tokenizer key: replacing the build is asked for
     assert second["run"]["reused"]["clean"] == 2 and second["run"]["reused"]["tokenize"] == 2
     assert second["filters"]["exact_dedup"] == 5 and second["documents"]["kept"] == first["documents"]["kept"] + 10
+
+
+def test_a_completed_build_of_another_config_is_refused_unless_overwrite(planted, tmp_path, capsys):
+    """The same command again keeps every file; another config into the completed output exits
+    2 naming the folder and the differing key, nothing touched; --overwrite replaces it."""
+    from data_prep.__main__ import main
+
+    out = tmp_path / "copy"
+    shutil.copytree(planted["out"], out)
+    args = planted_overrides(planted["raw"], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert main(args) == 0
+    assert json.loads((out / "manifest.json").read_text())["run"]["reused"]["merge"] == 1
+    capsys.readouterr()
+    other = [a for a in args if not a.startswith("split.")] + ["split.valid_fraction=0.3"]
+    for extra in ([], ["--executor", "slurm", "--dry-run"]):
+        assert main([*other, *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"data_prep: config error: output.dir {out} holds a completed build of another config" in err
+        assert "split.valid_fraction: 0.2 -> 0.3. Give another output.dir, or --overwrite" in err
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
+    assert json.loads(after["manifest.json"])["config"] == planted["manifest"]["config"]
+    assert main([*other, "--overwrite"]) == 0
+    replaced = json.loads((out / "manifest.json").read_text())
+    assert replaced["config"]["split"]["valid_fraction"] == 0.3
+    assert replaced["valid"]["documents"] != planted["manifest"]["valid"]["documents"]
+    assert main(other) == 0  # the replaced build is now the one the same command finds
 
 
 def test_an_edited_input_is_tokenized_again(tmp_path):

@@ -347,6 +347,47 @@ def test_exported_config_starts_documents_with_the_end_of_document_token(tmp_pat
         assert (config.bos_token_id, config.eos_token_id, config.architectures) == (7, 7, [ARCH[layout]])
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_padded_batch_gives_each_text_its_unpadded_logits(tmp_path, sp_tokenizer, layout):
+    """The export pads with EOD (the tokenizer's pad_token, the config's pad_token_id): a batch
+    of texts of different lengths, padded, gives each text the logits it gets alone, under both
+    layouts (learned positions and RoPE). It had no pad token: ``tokenizer(batch, padding=True)``
+    raised and lm-eval / generate() users had to pick one."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.export_hf import read_run_config
+    from training.hf_layout import hf_config
+    from training.hf_tokenizer import export_tokenizer
+
+    path, ours = sp_tokenizer
+    out = tmp_path / "hf"
+    record = export_tokenizer(path, ours.eod, out, 64)
+    cfg = read_run_config(config_only_run(tmp_path, *LAYOUTS[layout]))
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(hf_config(layout, cfg, 512, ours.eod)).save_pretrained(str(out))
+    model = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert record["pad_token"] == tok.pad_token == "</s>" and tok.pad_token_id == model.config.pad_token_id == 2
+    texts = ["The report was short.", "The second report of the year was a great deal longer than the first."]
+    batch = tok(texts, padding=True, return_tensors="pt")
+    lengths = [len(tok(t)["input_ids"]) for t in texts]
+    assert lengths[0] < lengths[1] == batch["input_ids"].shape[1]
+    assert batch["input_ids"][0, lengths[0] :].tolist() == [2] * (lengths[1] - lengths[0])  # right, with EOD
+    with torch.no_grad():
+        padded = model(**batch).logits
+        for i, text in enumerate(texts):
+            alone = model(**tok(text, return_tensors="pt")).logits[0]
+            torch.testing.assert_close(padded[i, : lengths[i]], alone, rtol=1e-5, atol=1e-5)
+    # generation pads on the left; transformers derives the positions from the attention mask
+    tok.padding_side = "left"
+    with torch.no_grad():
+        together = model.generate(**tok(texts, padding=True, return_tensors="pt"), max_new_tokens=4, do_sample=False)
+        for i, text in enumerate(texts):
+            alone = model.generate(**tok(text, return_tensors="pt"), max_new_tokens=4, do_sample=False)
+            assert together[i, -4:].tolist() == alone[0, -4:].tolist()
+
+
 def diverged_run(tmp_path: Path, steps: tuple[int, ...]) -> Path:
     """A run that diverged at step 11 after keeping checkpoints at ``steps`` (folders only)."""
     run = config_only_run(tmp_path)

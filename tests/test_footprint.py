@@ -52,19 +52,20 @@ def test_flops_of_gqa_count_the_smaller_key_and_value_projections():
 
 
 def llama_rows(layers, h, heads, groups, ffn, vocab):
+    """(name, shape, split over TP) rows: every matrix split, the norms whole."""
     d = h // heads
-    rows = [("embedding.word_embeddings.weight", [vocab, h])]
+    rows = [("embedding.word_embeddings.weight", [vocab, h], True)]
     for i in range(layers):
         p = f"decoder.layers.{i}."
         rows += [
-            (p + "input_layernorm.weight", [h]),
-            (p + "self_attention.linear_qkv.weight", [(heads + 2 * groups) * d, h]),
-            (p + "self_attention.linear_proj.weight", [h, heads * d]),
-            (p + "pre_mlp_layernorm.weight", [h]),
-            (p + "mlp.linear_fc1.weight", [2 * ffn, h]),
-            (p + "mlp.linear_fc2.weight", [h, ffn]),
+            (p + "input_layernorm.weight", [h], False),
+            (p + "self_attention.linear_qkv.weight", [(heads + 2 * groups) * d, h], True),
+            (p + "self_attention.linear_proj.weight", [h, heads * d], True),
+            (p + "pre_mlp_layernorm.weight", [h], False),
+            (p + "mlp.linear_fc1.weight", [2 * ffn, h], True),
+            (p + "mlp.linear_fc2.weight", [h, ffn], True),
         ]
-    return rows + [("decoder.final_layernorm.weight", [h]), ("output_layer.weight", [vocab, h])]
+    return rows + [("decoder.final_layernorm.weight", [h], False), ("output_layer.weight", [vocab, h], True)]
 
 
 def test_llama_70b_at_tp8_pp4_per_gpu():
@@ -87,6 +88,54 @@ def test_llama_70b_at_tp8_pp4_per_gpu():
     assert counts.per_gpu == 2_172_985_344
 
 
+# What megatron-core 0.16.1 splits over tensor-parallel ranks in a GPT with biases and learned
+# positions: column-parallel matrices and their biases, row-parallel matrices (not their
+# biases), the word embedding and the output layer.
+SPLIT_BY_MEGATRON = {
+    "embedding.word_embeddings.weight",
+    "self_attention.linear_qkv.weight",
+    "self_attention.linear_qkv.bias",
+    "self_attention.linear_proj.weight",
+    "mlp.linear_fc1.weight",
+    "mlp.linear_fc1.bias",
+    "mlp.linear_fc2.weight",
+    "output_layer.weight",
+}
+
+
+def _split(name):
+    return name.split(".", 3)[-1] in SPLIT_BY_MEGATRON or name in SPLIT_BY_MEGATRON
+
+
+@pytest.mark.parametrize("untied", [False, True])
+def test_split_parameters_reads_megatrons_marks_on_the_model(megatron, untied):
+    """The one owner of "which parameters TP splits" is megatron's ``tensor_model_parallel``
+    attribute on the meta-built model (training.show's build), not a name pattern here."""
+    from training.footprint import split_parameters
+    from training.show import _meta_model
+
+    cfg = tiny_config(
+        "model.add_bias_linear=true",
+        "model.position_embedding_type=learned_absolute",
+        f"model.untie_embeddings_and_output_weights={str(untied).lower()}",
+    )
+    _, model = _meta_model(cfg)
+    rows = split_parameters(model)
+    assert {n for n, _, s in rows if s} == {n for n, _, _ in rows if _split(n)}
+    assert "embedding.position_embeddings.weight" in {n for n, _, s in rows if not s}
+    assert ("output_layer.weight" in {n for n, _, _ in rows}) == untied
+
+
+def test_split_parameters_of_linear1_split_its_one_matrix(megatron):
+    from training.footprint import split_parameters
+    from training.show import _meta_model
+
+    _, model = _meta_model(tiny_config("model.block=linear1"))
+    split = {n for n, _, s in split_parameters(model) if s}
+    assert "decoder.layers.0.mlp.linear_fc.weight" in split
+    assert not any("norm" in n for n in split)
+
+
 def test_tp_splits_what_megatron_splits_and_tied_pipelines_keep_two_embeddings():
     from training.footprint import count_parameters
 
@@ -103,6 +152,7 @@ def test_tp_splits_what_megatron_splits_and_tied_pipelines_keep_two_embeddings()
             ("mlp.linear_fc2.weight", [h, 16]), ("mlp.linear_fc2.bias", [h]),
         ]]  # fmt: skip
     rows += [("decoder.final_layernorm.weight", [h]), ("decoder.final_layernorm.bias", [h])]
+    rows = [(n, s, _split(n)) for n, s in rows]
     counts = count_parameters(rows, 2, tp=2, pp=2, tied=True)
     # per layer on one of 2 TP ranks: norms 16 + QKV 96 + its bias 12 + projection 32 + its bias
     # (whole) 8 + norms 16 + fc1 64 + its bias 8 + fc2 64 + its bias (whole) 8 = 324 (600 in all)

@@ -164,3 +164,17 @@ def test_a_bad_value_is_blamed_on_where_it_was_given(tmp_path):
     heads.write_text(TINY.read_text().replace("num_attention_heads: 4", "num_attention_heads: 5"))
     with pytest.raises(ConfigError, match=rf"^{heads}: model.hidden_size: 64 is not divisible by model.num_att"):
         load_config(RunConfig, heads, ["optimizer.lr=0.01"])
+
+
+def test_the_loader_owns_which_keys_the_command_line_set():
+    """``launch job`` names the layout keys a refused layout got from the command line through
+    ``runconfig.loader.overridden``, the reader ``_blamed`` uses for load-time refusals; launch
+    parses no override itself."""
+    import launch.job
+    from runconfig.loader import overridden
+
+    keys = ("parallel.tensor_model_parallel_size", "training.micro_batch_size", "training.global_batch_size")
+    given = ["training.micro_batch_size=16", "run.dir=x", "parallel={tensor_model_parallel_size: 2}"]
+    assert overridden(keys, given) == ["parallel.tensor_model_parallel_size=2", "training.micro_batch_size=16"]
+    assert overridden(keys, []) == []
+    assert not {"parse_overrides", "flatten", "OmegaConf"} & set(vars(launch.job))

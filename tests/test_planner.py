@@ -398,3 +398,26 @@ def test_an_arm_whose_walk_stops_short_of_the_deepest_depth_is_named():
         "**depth_mup: every run at L=4 diverged or failed** (LRs tried: 2^-9, 2^-7)"
     )
     assert "L=8 and deeper were not trained" in lines[0] and "its window / step_log2" in lines[0]
+
+
+def test_the_study_status_computes_the_unreached_lines_once(monkeypatch):
+    """study_status is the one place the unreached lines are computed: the summary's lines end
+    with them and the demo logs ``status.unreached`` (it used to call ``unreached`` again)."""
+    from types import SimpleNamespace
+
+    import study.demo
+    import study.summary
+
+    s = replace(load_study("quick"), depths=(2, 4, 8), base_lrs_log2=(3.0, 5.0))
+    planner = Planner(s)
+    results = {p: DIVERGED for p in planner.next_points({})}
+    sweep = SimpleNamespace(planner=planner, results=lambda: results, run_seconds=lambda: 60.0)
+    calls = []
+    real = study.summary.unreached
+    monkeypatch.setattr(study.summary, "unreached", lambda *a: calls.append(a) or real(*a))
+    status = study.summary.study_status(sweep, s)
+    assert len(calls) == 1 and len(status.unreached) == 2
+    assert status.unreached[0].startswith("**sp: every run at L=2 diverged or failed** (LRs tried: 2^3, 2^5)")
+    assert status.lines[-2:] == status.unreached and status.lines[0].startswith("**")
+    assert status.used["runs"] == len(results) and status.used["run_core_minutes"] == 1.0
+    assert "unreached" not in vars(study.demo)

@@ -75,7 +75,7 @@ def test_sequential_study_meets_its_goals_then_stops_and_reruns_add_nothing(tmp_
 
     s = _study(goals={"slope_ci_halfwidth": 0.2, "deepest_opt_ci_width": 1.0}, budget_runs=400)
     sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
-    results, stop, used, lines = study_status(sweep, s)
+    results, stop, used, lines, _ = study_status(sweep, s)
     assert stop.reason == "goals_met", (stop, used)
     assert all(c["met"] for c in stop.checks) and len(stop.checks) == 8  # 2 goals x 2 presets x mid, end
     assert used["runs_sequential"] > 0, "the planted noise should need the sequential phase"
@@ -93,7 +93,7 @@ def test_sequential_study_stops_at_its_budget_and_says_so(tmp_path, monkeypatch)
 
     s = _study(goals={"slope_ci_halfwidth": 0.01}, budget_runs=90)
     sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.04)
-    results, stop, used, lines = study_status(sweep, s)
+    results, stop, used, lines, _ = study_status(sweep, s)
     assert stop.reason == "budget_spent" and len(results) == 90 == used["runs"]
     md = render_markdown({"presets": {}, "stop_lines": lines, "goals": list(stop.checks)}, s, 1.0)
     assert md.splitlines()[2].startswith("**STOPPED ON BUDGET")

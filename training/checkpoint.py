@@ -213,7 +213,10 @@ def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool)
     """One tensor from its tensor-parallel shards, along the dimension megatron records on the
     parameter (``partition_dim``); the gated MLP's fc1 (each rank ``[gate_r; up_r]``) as all
     gates then all ups, as megatron's ``apply_swiglu_sharded_factory`` describes it."""
-    if param is None or not getattr(param, "tensor_model_parallel", False):
+    from patches.table import tp_partition_dim
+
+    dim = None if param is None else tp_partition_dim(param)
+    if dim is None:
         for rank, other in enumerate(shards[1:], start=1):
             if other.shape != shards[0].shape or not torch.equal(other, shards[0]):
                 raise CheckpointError(f"{name}: replicated tensor differs between tensor-parallel ranks 0 and {rank}")
@@ -221,7 +224,7 @@ def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool)
     if gated and name.rsplit(".", 1)[0].endswith("mlp.linear_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
-    return torch.cat(shards, dim=param.partition_dim)
+    return torch.cat(shards, dim=dim)
 
 
 def _stage_state(cfg: Any, ckpt: Checkpoint, tp_rank: int, stage: int) -> dict[str, Any]:

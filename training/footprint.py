@@ -1,12 +1,13 @@
 """A config's size before it runs: parameters per GPU and the model states they hold.
 
-Read from the resolved table's global parameter names and shapes (``training.show`` builds
-it on the meta device), split the way megatron-core splits a GPT:
+Read from the global parameter names and shapes of the model ``training.show`` builds on the
+meta device, split the way megatron-core splits a GPT:
 
-* tensor parallelism divides the column-parallel matrices and their biases (``linear_qkv``,
-  ``linear_fc1``, linear1's ``linear_fc``), the row-parallel matrices (``linear_proj``,
-  ``linear_fc2``; their biases stay whole), the word embedding and the output layer (the
-  vocabulary is padded to a multiple of 128 x TP first); norms and learned position
+* tensor parallelism divides the parameters megatron marks as split (``tensor_model_parallel``,
+  read by ``patches.table.tp_partition_dim``): the column-parallel matrices and their biases
+  (``linear_qkv``, ``linear_fc1``, linear1's ``linear_fc``), the row-parallel matrices
+  (``linear_proj``, ``linear_fc2``; their biases stay whole), the word embedding and the output
+  layer (the vocabulary is padded to a multiple of 128 x TP first); norms and learned position
   embeddings are whole on every rank;
 * pipeline stage k of P holds layers [k L/P, (k+1) L/P), the first also the embeddings, the
   last the final norm and the output layer, or with tied embeddings and P > 1 its copy of the
@@ -23,18 +24,14 @@ buffers and the allocator's fragmentation come on top and are not estimated here
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from patches.table import layer_of
+import torch
+
+from patches.table import global_named_parameters, layer_of, tp_partition_dim
 from runconfig.schema import RunConfig
 
-# Parameters megatron-core splits over tensor-parallel ranks (the rest are whole on every rank).
-_TP_SPLIT = re.compile(
-    r"(^embedding\.word_embeddings\.weight|^output_layer\.weight"
-    r"|\.linear_(qkv|fc1|fc)\.(weight|bias)|\.linear_(proj|fc2)\.weight)$"
-)
 GIB = 2**30
 
 
@@ -56,18 +53,24 @@ class ParameterCounts:
         return max(self.per_stage)
 
 
+def split_parameters(model: torch.nn.Module) -> list[tuple[str, list[int], bool]]:
+    """(global name, shape, split over tensor-parallel ranks) of each parameter of a one-process
+    model (TP = PP = 1) built with initialization on: megatron marks its split weights then."""
+    return [(name, list(p.shape), tp_partition_dim(p) is not None) for name, p, _ in global_named_parameters(model)]
+
+
 def count_parameters(
-    params: Iterable[tuple[str, list[int]]], num_layers: int, tp: int, pp: int, tied: bool
+    params: Iterable[tuple[str, list[int], bool]], num_layers: int, tp: int, pp: int, tied: bool
 ) -> ParameterCounts:
-    """Counts of (global name, global shape) pairs under TP = ``tp`` and PP = ``pp``."""
+    """Counts of (global name, global shape, split over TP) rows under TP = ``tp`` and PP = ``pp``."""
     total = embedding = output = 0
     stages = [0] * pp
-    for name, shape in params:
+    for name, shape, split in params:
         n = 1
         for dim in shape:
             n *= dim
         total += n
-        local = n // tp if _TP_SPLIT.search(name) else n
+        local = n // tp if split else n
         layer = layer_of(name)
         if layer is not None:
             stages[layer * pp // num_layers] += local

@@ -116,7 +116,9 @@ def folds(cfg: RunConfig, resolved: ResolvedParametrization) -> Folds:
 def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int) -> Any:
     """The transformers config; ``vocab_rows`` is megatron's padded vocabulary (logits over the
     padding rows enter the softmax in training, so the exported model keeps them). BOS is the
-    end-of-document id, the token before every document the model trained on (as GPT-2's)."""
+    end-of-document id, the token before every document the model trained on (as GPT-2's); so is
+    the padding id (``pad_token_id``, as GPT-2 exports set ``pad_token = eos_token``): a padded
+    position is masked out by the attention mask, so which id fills it does not matter."""
     m = cfg.model
     ffn = m.ffn_hidden_size or 4 * m.hidden_size
     tied = not m.untie_embeddings_and_output_weights
@@ -140,6 +142,7 @@ def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int) -> Any:
             tie_word_embeddings=tied,
             bos_token_id=bos,
             eos_token_id=eod_id,
+            pad_token_id=eod_id,
             architectures=["GPT2LMHeadModel"],
         )
     from transformers import LlamaConfig
@@ -162,6 +165,7 @@ def hf_config(layout: str, cfg: RunConfig, vocab_rows: int, eod_id: int) -> Any:
         attention_dropout=0.0,
         bos_token_id=bos,
         eos_token_id=eod_id,
+        pad_token_id=eod_id,
         architectures=["LlamaForCausalLM"],
     )
 

@@ -83,7 +83,11 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path, model_max_len
     # BOS is the end-of-document token, as GPT-2's: data_prep puts EOD after every document and
     # nothing before one, so EOD is what the model saw before a document starts ("<s>" it never
     # saw; lm-eval prefixes the BOS to every request without a context).
-    specials = {"eos_token": eos, "bos_token": eos}
+    # Padding (batched scoring, generation) fills with EOD too, as GPT-2 exports set pad = eos: the
+    # attention mask hides a padded position, so its id does not matter. Right padding (the
+    # default) keeps every real token at its position; for generate(), pad on the left
+    # (tokenizer.padding_side = "left"): transformers derives positions from the attention mask.
+    specials = {"eos_token": eos, "bos_token": eos, "pad_token": eos}
     if tok.token_to_id("<unk>") is not None:
         specials["unk_token"] = "<unk>"
     wrapped = PreTrainedTokenizerFast(
@@ -101,6 +105,7 @@ def export_tokenizer(path: str | Path, eod_id: int, out_dir: Path, model_max_len
         "type": kind,
         "eos_token": eos,
         "bos_token": eos,
+        "pad_token": eos,
         "split_special_tokens": kind == "sentencepiece",
         "eod_id": eod_id,
         "model_max_length": model_max_length,

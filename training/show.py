@@ -37,35 +37,32 @@ def vocab_size_of(cfg: RunConfig) -> int:
     raise ConfigError("model.vocab_size: needed to build the table (or give data.manifest / data.tokenizer)")
 
 
-def resolved_table(cfg: RunConfig) -> dict[str, Any]:
-    """Build the patched model on the meta device in a one-process group and tabulate it."""
-    from patches.table import build_table, global_parameters
+def _meta_model(cfg: RunConfig) -> tuple[Any, torch.nn.Module]:
+    """``cfg``'s resolved parametrization and its patched model as one stage (TP = PP = 1) on the
+    meta device: no memory; initialization on, which costs nothing there and is what makes
+    megatron mark the weights it splits over tensor-parallel ranks (``training.footprint``)."""
     from training.distributed import single_process
     from training.model import Placement, build_model, padded_vocab_size, resolve
 
     resolved = resolve(cfg)
     vocab = padded_vocab_size(vocab_size_of(cfg), cfg.parallel.tensor_model_parallel_size)
-    one_stage = _single_stage(cfg)
     with single_process(), torch.device("meta"):
-        model = build_model(one_stage, vocab, Placement(initialize=False), resolved=resolved)
-        return build_table(resolved, global_parameters(model))
+        return resolved, build_model(_single_stage(cfg), vocab, Placement(initialize=True), resolved=resolved)
 
 
-def size_lines(cfg: RunConfig, table: dict[str, Any], gpus: int | None = None) -> list[str]:
-    """Parameter counts, model states per GPU and model FLOPs of ``cfg`` (whose resolved table
-    is ``table``) on ``gpus`` GPUs (None: tensor x pipeline parallel size, data-parallel 1)."""
+def size_lines(cfg: RunConfig, params: list[tuple[str, list[int], bool]], gpus: int | None = None) -> list[str]:
+    """Parameter counts, model states per GPU and model FLOPs of ``cfg``, whose one-stage model
+    has ``params`` (``training.footprint.split_parameters``), on ``gpus`` GPUs (None: tensor x
+    pipeline parallel size, data-parallel 1)."""
     from training.flops import forward_flops_per_token
     from training.footprint import GIB, count_parameters, state_bytes
 
     m, par = cfg.model, cfg.parallel
     tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
     dp = (gpus or tp * pp) // (tp * pp)
-    counts = count_parameters(
-        ((r["name"], r["shape"]) for r in table["params"]), m.num_layers, tp, pp,
-        tied=not m.untie_embeddings_and_output_weights,
-    )  # fmt: skip
+    counts = count_parameters(params, m.num_layers, tp, pp, tied=not m.untie_embeddings_and_output_weights)
     b = state_bytes(cfg, dp)
-    vocab = next(r["shape"][0] for r in table["params"] if r["name"] == "embedding.word_embeddings.weight")
+    vocab = next(shape[0] for name, shape, _ in params if name == "embedding.word_embeddings.weight")
     full, causal = (3 * forward_flops_per_token(cfg, vocab, causal=c) for c in (False, True))
     tokens = cfg.training.global_batch_size * m.seq_length
     sharded = f" (sharded over DP={b.dp})" if b.dp > 1 else ""
@@ -117,7 +114,10 @@ def main(argv: list[str] | None = None) -> ExitCode:
                 validate_layout(cfg, args.gpus)
             except ValueError as exc:
                 raise ValueError(f"--gpus {args.gpus}: {exc}") from None
-        table = resolved_table(cfg)
+        from patches.table import build_table, global_parameters
+
+        resolved, model = _meta_model(cfg)
+        table = build_table(resolved, global_parameters(model))
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> ExitCode:
         print(json.dumps(table, indent=2))
     else:
         from patches.table import format_table
+        from training.footprint import split_parameters
 
         print(format_table(table))
         print()
-        print("\n".join(size_lines(cfg, table, args.gpus)))
+        print("\n".join(size_lines(cfg, split_parameters(model), args.gpus)))
     return ExitCode.OK
 
 
