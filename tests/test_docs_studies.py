@@ -120,3 +120,35 @@ def test_the_committed_summary_goal_table_is_recomputed_from_the_committed_resul
     for cells in rows:
         line = "| " + " | ".join(cells) + " |"
         assert line in lines, f"{study}/demo_summary.md lacks the recomputed goal row:\n{line}"
+
+
+FIRST_VERSIONS = "f770698"  # the commit holding the studies' first versions (run before the open-interval rule)
+
+
+def test_the_first_versions_cut_intervals_quoted_in_the_docs_are_recomputed(tmp_path):
+    # git show f770698:docs/studies/<corpus>/results.csv > v1.csv; eval transfer v1.csv ... (one
+    # "CI ends on" warning per cut interval): README, docs/study_design.md and docs/eval.md count them
+    import subprocess
+
+    cut = {}
+    for corpus in CORPORA:
+        shown = subprocess.run(
+            ["git", "show", f"{FIRST_VERSIONS}:docs/studies/{corpus}/results.csv"], cwd=ROOT, capture_output=True
+        )
+        if shown.returncode != 0:
+            pytest.skip(f"no git history with {FIRST_VERSIONS} here: {shown.stderr.decode().strip()}")
+        (tmp_path / f"{corpus}.csv").write_bytes(shown.stdout)
+        sweep = share_base_depth(read_results(tmp_path / f"{corpus}.csv"), "sp")
+        analysis = analyze(sweep, window=2, n_boot=1000, boot_seed=0)
+        cut[corpus] = sum(bool(d.open_ends) for r in analysis.results for d in r.depths)  # per preset, depth, mid/end
+        if corpus == "sotu":  # depth-μP's L=32 optimum interval, the widest over its goal
+            widths = {
+                h["fraction"]: h["deepest_opt_ci"][1] - h["deepest_opt_ci"][0]
+                for h in headline_rows(analysis)
+                if h["family"] == "depth_mup"
+            }
+    docs = {name: (ROOT / name).read_text() for name in ("README.md", "docs/study_design.md", "docs/eval.md")}
+    assert f"depth-μP's L=32 optimum ({widths[0.5]:.2f} mid, {widths[1.0]:.2f}\nend)" in docs["docs/study_design.md"]
+    assert f"with it {cut['kjv']} of KJV's and {cut['sotu']} of SOTU's\nper-depth intervals" in docs["README.md"]
+    assert f"{cut['kjv']} per-depth intervals of KJV and {cut['sotu']} of SOTU" in docs["docs/study_design.md"]
+    assert f"before the planner knew this rule) {cut['kjv']}\n  optima's intervals were open" in docs["docs/eval.md"]
