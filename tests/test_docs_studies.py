@@ -152,3 +152,31 @@ def test_the_first_versions_cut_intervals_quoted_in_the_docs_are_recomputed(tmp_
     assert f"with it {cut['kjv']} of KJV's and {cut['sotu']} of SOTU's\nper-depth intervals" in docs["README.md"]
     assert f"{cut['kjv']} per-depth intervals of KJV and {cut['sotu']} of SOTU" in docs["docs/study_design.md"]
     assert f"before the planner knew this rule) {cut['kjv']}\n  optima's intervals were open" in docs["docs/eval.md"]
+
+
+def test_the_seed_sd_spread_between_depths_quoted_in_docs_eval_is_recomputed():
+    # docs/eval.md (borrowed seed noise): per family at the end of training, each depth's seed SD
+    # pooled over its cells with two or more seeds, as the borrowed-noise warning prints it
+    import numpy as np
+
+    text = " ".join((ROOT / "docs" / "eval.md").read_text().split())
+    ratios = []
+    for corpus in CORPORA:
+        sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / corpus / "results.csv"), "sp")
+        for r in analyze(sweep, window=2, n_boot=0, boot_seed=0).results:
+            if r.fraction != 1.0:
+                continue
+            sd = {}
+            for d in r.depths:
+                pool, df = d.fit.noise_pool()
+                if df:
+                    sd[d.depth] = float(np.sqrt(np.mean(pool**2)))
+            lo, hi = min(sd, key=sd.get), max(sd, key=sd.get)
+            ratios.append(sd[hi] / sd[lo])
+            quoted = (
+                f"{sd[lo]:.3f} nats at L={lo}, {sd[hi]:.3f} at L={hi}"
+                if corpus == "kjv" and r.family.label == "depth_mup"
+                else f"{sd[lo]:.3f} at L={lo} to {sd[hi]:.3f} at L={hi}"
+            )
+            assert quoted in text, f"docs/eval.md lacks {corpus} {r.family.label}: {quoted}"
+    assert f"by up to a factor {max(ratios):.1f}" in text
