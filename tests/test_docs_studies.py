@@ -180,3 +180,14 @@ def test_the_seed_sd_spread_between_depths_quoted_in_docs_eval_is_recomputed():
             )
             assert quoted in text, f"docs/eval.md lacks {corpus} {r.family.label}: {quoted}"
     assert f"by up to a factor {max(ratios):.1f}" in text
+
+
+def test_the_h100_depth_mup_end_slope_rests_on_intervals_cut_on_both_sides_as_the_readme_says():
+    # README, "On an H100": the slope's CI excludes 0 only on optima whose intervals the LRs tried cut
+    sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / "gpu_h100" / "results.csv"), "sp")
+    rows = headline_rows(analyze(sweep, window=1, n_boot=1000, boot_seed=0))
+    row = next(r for r in rows if r["family"] == "depth_mup" and r["fraction"] == 1.0)
+    assert row["verdict"] == "does not transfer" and 0 < row["slope_ci"][0] < 0.02
+    assert sorted(row["marks"]["slope"]["cut"]) == ["L=16 high", "L=16 low", "L=32 high", "L=32 low"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "rests on L=16 and L=32 optima whose intervals the LRs tried cut on both sides (‡)" in readme
