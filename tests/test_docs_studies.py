@@ -191,3 +191,24 @@ def test_the_h100_depth_mup_end_slope_rests_on_intervals_cut_on_both_sides_as_th
     assert sorted(row["marks"]["slope"]["cut"]) == ["L=16 high", "L=16 low", "L=32 high", "L=32 low"]
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "rests on L=16 and L=32 optima whose intervals the LRs tried cut on both sides (‡)" in readme
+
+
+@pytest.mark.slow
+def test_the_monte_carlo_spread_of_the_readme_intervals_is_recomputed():
+    # README "What these numbers do not support": the headline CIs of both corpora under
+    # --bootstrap-seed 0..4: how far their ends move, and that no verdict changes
+    import numpy as np
+
+    slope_move, opt_move = 0.0, 0.0
+    for corpus in CORPORA:
+        sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / corpus / "results.csv"), "sp")
+        by_seed = [headline_rows(analyze(sweep, window=2, n_boot=1000, boot_seed=s)) for s in range(5)]
+        for rows in zip(*by_seed):
+            assert len({r["verdict"] for r in rows}) == 1, rows[0]["family"]
+            slope_move = max(slope_move, *np.ptp([r["slope_ci"] for r in rows], axis=0))
+            opt_move = max(opt_move, *np.ptp([r["deepest_opt_ci"] for r in rows], axis=0))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (
+        f"slope CIs' ends above move by up to {slope_move:.3f} and the optimum CIs' ends by up to {opt_move:.2f} octave"
+        in readme
+    )
