@@ -197,9 +197,9 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "presets: [sp, depth_mupp]": "presets: unknown preset 'depth_mupp'; choose from",
         "presets: [ode, completep]": "presets: listed twice in ['ode', 'completep'] (as ['ode', 'ode'])",
         "vocab_size: 256": "vocab_size: must be >= 260 (the smallest tokenizer data_prep trains), got 256",
-        # custom's alpha and gamma come only from variants, which sp refuses: it trained the
-        # shared base, then failed at the first depth past it
-        "presets: [sp, custom]": "presets: 'custom' (alpha and gamma of your own) cannot run in a study yet",
+        # custom's alpha and gamma come from a named arm (custom_presets): custom itself, without
+        # them, trained the shared base, then failed at the first depth past it
+        "presets: [sp, custom]": "presets: 'custom' needs its alpha and gamma: name each custom arm under custom_presets",
         # each of these used to be accepted: a one-depth "transfer" study, a depth truncated
         # (4.5 trained as 4), a budget that capped nothing, a fit window eval transfer refused only
         # after every run had trained, a base grid the planner misreads, a fit it can never make
