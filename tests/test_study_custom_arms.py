@@ -210,3 +210,28 @@ def test_eval_dynamics_keeps_custom_arms_apart():
     assert _preset_label("custom", {"alpha": 0.5, "gamma": 0.5}) == "custom (alpha=0.5, gamma=0.5)"
     assert _preset_label("custom", {"alpha": 1.0, "gamma": 0.0}) == "custom (alpha=1, gamma=0)"
     assert _preset_label("depth_mup", {"alpha": 0.5, "gamma": 0.5}) == "depth_mup"
+
+
+def test_a_custom_arm_changed_on_the_same_out_is_refused(tmp_path, monkeypatch):
+    """The study directory holds runs of arm a100 (alpha 1, gamma 0); the study file now gives
+    a100 alpha 0.9. The analysis tells custom arms apart by their values, so the old runs would
+    be analysed as the study's: the sweep is refused when opened, naming what no arm matches."""
+    from study.sweep import AdaptiveSweep
+    from tests.launch_fixtures.helpers import FAKE_TRAIN_CMD
+
+    monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
+    arms = {"a100": {"alpha": 1.0, "gamma": 0.0}, "a050": {"alpha": 0.5, "gamma": 0.5}}
+    s = load_study(str(_study_file(tmp_path, presets=["a100", "a050"], custom_presets=arms)))
+    spec = tmp_path / "demo_sweep.yaml"
+    spec.write_text(yaml.safe_dump({"name": "arms", "base_config": str(TINY_BASE), "executor": {"kind": "local"}}))
+    first = AdaptiveSweep(tmp_path / "sweep", spec, s, workers=1)
+    assert len(first._advance()) == 5  # the base grid, as the first arm a100
+    assert {p.preset for p in first.points} == {"a100"}
+    renamed = {"alpha1": arms["a100"], "a050": arms["a050"]}  # a new name, the same values: the same runs
+    again = load_study(str(_study_file(tmp_path, presets=["alpha1", "a050"], custom_presets=renamed)))
+    assert {p.preset for p in AdaptiveSweep(tmp_path / "sweep", spec, again, workers=1).points} == {"alpha1"}
+    changed = load_study(str(_study_file(tmp_path, custom_presets={**arms, "a100": {"alpha": 0.9, "gamma": 0.1}},
+                                         presets=["a100", "a050"])))  # fmt: skip
+    with pytest.raises(LaunchError, match=re.escape("a run of preset custom with {'parametrization.alpha': 1.0, "
+                                                    "'parametrization.gamma': 0.0} matches no arm of study")):  # fmt: skip
+        AdaptiveSweep(tmp_path / "sweep", spec, changed, workers=1)
