@@ -40,7 +40,9 @@ class Family:
 
     @property
     def label(self) -> str:
-        extras = [f"{name}={value}" for name, value in self.keys if name in self.shown and name != "preset"]
+        extras = [  # a key the family's runs do not set (e.g. alpha of a fixed preset) is not named
+            f"{name}={value}" for name, value in self.keys if name in self.shown and name != "preset" and value != ""
+        ]
         return self.preset + (f" ({', '.join(extras)})" if extras else "")
 
     def key_dict(self) -> dict[str, str]:

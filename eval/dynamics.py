@@ -80,6 +80,14 @@ def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, floa
     }
 
 
+def _preset_label(preset: str, table: dict[str, Any]) -> str:
+    """The preset, with alpha and gamma for preset custom: runs of two custom arms (a study's
+    ``custom_presets``) are different parametrizations, fitted apart."""
+    if preset != "custom":
+        return preset
+    return f"custom (alpha={table['alpha']:g}, gamma={table['gamma']:g})"
+
+
 def load_run(run_dir: Path) -> Optional[RunDynamics]:
     """A run's diagnostics and identity; None when it has no diagnostics rows."""
     rows = read_diagnostics(run_dir)
@@ -92,7 +100,7 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
     table = json.loads(table_path.read_text())
     return RunDynamics(
         run_dir=run_dir,
-        preset=summary.preset or table["preset"],
+        preset=_preset_label(summary.preset or table["preset"], table),
         num_layers=summary.num_layers or table["num_layers"],
         lr=summary.lr or 0.0,
         seed=summary.seed or 0,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rundir.contract import CANONICAL_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, TAIL_COLUMNS
+from rundir.contract import CANONICAL_KEYS, PARAMETRIZATION_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, TAIL_COLUMNS
 from rundir.files import read_summary
 
 # Contract column -> the short name the analysis uses.
@@ -460,42 +460,61 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
     At ``L = L0`` every preset is the same model (``patches`` reduces to unpatched megatron
     there, tested bit-identical), so a sweep may train the base depth once. Sharing happens
     within each combination of the other swept keys (e.g. ``model.block``): a preset's runs
-    get the ``source`` base runs with the same values. The shared rows get run IDs
-    ``<id>@<preset>``; presets that have their own base-depth rows there keep them.
+    get the ``source`` base runs with the same values. The keys of
+    :data:`rundir.contract.PARAMETRIZATION_KEYS` (preset custom's alpha and gamma) are part of
+    what a preset is, not such a combination: a family of preset custom gets the base runs with
+    its own alpha and gamma, and so does one of ``source`` itself (another custom arm) that has
+    no base-depth runs. The shared rows get run IDs ``<id>@<preset>`` (``@<preset>[alpha=..,
+    gamma=..]`` where those keys are swept); families that have their own base-depth rows keep them.
     """
     rows = sweep.rows
     extra = list(sweep.extra_keys)
+    arm_keys = [k for k in extra if k in PARAMETRIZATION_KEYS]
+    combo_keys = [k for k in extra if k not in PARAMETRIZATION_KEYS]
 
-    def combos(frame: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
-        if not extra:
+    def groups(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
+        if not keys:
             return {(): frame}
-        return {(k if isinstance(k, tuple) else (k,)): g for k, g in frame.groupby(extra, sort=True, dropna=False)}
+        return {(k if isinstance(k, tuple) else (k,)): g for k, g in frame.groupby(keys, sort=True, dropna=False)}
 
     source_base = rows[(rows["preset"] == source) & (rows["depth"] == rows["base_depth"])]
     if source_base.empty:
         raise ResultsError(f"{sweep.path}: --shared-base {source}: no rows of preset {source!r} at its base depth")
-    at_base = combos(source_base)
+    at_base = groups(source_base, combo_keys)
     copies, shared = [], []
-    for preset in sorted(set(rows["preset"]) - {source}):
-        for values, mine in combos(rows[rows["preset"] == preset]).items():
-            if (mine["depth"] == mine["base_depth"]).any():
-                continue
-            where = f" with {dict(zip(extra, values))}" if extra else ""
-            base = at_base.get(values)
-            if base is None:
-                raise ResultsError(f"{sweep.path}: --shared-base {source}: no base-depth rows of {source!r}{where}")
-            bases = set(mine["base_depth"])
-            if bases != set(base["base_depth"]):
-                raise ResultsError(
-                    f"{sweep.path}: --shared-base {source}: preset {preset!r}{where} has base depth(s) {sorted(bases)}, "
-                    f"{source!r} {sorted(set(base['base_depth']))}; only the same base shape can be shared"
-                )
-            copy = base.copy()
-            copy["preset"] = preset
-            copy["run_id"] = copy["run_id"] + "@" + preset
-            copy["shared_copy"] = True  # counted once, as the run it copies (eval.curves.CurveSet.n_shared)
-            copies.append(copy)
-            shared.append(preset + (f" ({', '.join(map(str, values))})" if extra else ""))
+    for family, mine in groups(rows, ["preset", *arm_keys, *combo_keys]).items():
+        preset, arm, values = family[0], family[1 : 1 + len(arm_keys)], family[1 + len(arm_keys) :]
+        if (mine["depth"] == mine["base_depth"]).any():
+            continue
+        base = at_base.get(values)
+        if preset == source and (not arm_keys or base is None):
+            continue  # the source's own runs (as ever: a combination it lacks at L0 is not looked for)
+        where = f" with {dict(zip(combo_keys, values))}" if combo_keys else ""
+        if base is None:
+            raise ResultsError(f"{sweep.path}: --shared-base {source}: no base-depth rows of {source!r}{where}")
+        lenders = groups(base, arm_keys)
+        if len(lenders) > 1:
+            raise ResultsError(
+                f"{sweep.path}: --shared-base {source}: base-depth rows of {source!r}{where} with several values of "
+                f"{arm_keys} ({sorted(lenders)}): which of them stands for {preset!r} {dict(zip(arm_keys, arm))} "
+                "is ambiguous; give each such family its own base-depth runs, or keep one set"
+            )
+        bases = set(mine["base_depth"])
+        if bases != set(base["base_depth"]):
+            raise ResultsError(
+                f"{sweep.path}: --shared-base {source}: preset {preset!r}{where} has base depth(s) {sorted(bases)}, "
+                f"{source!r} {sorted(set(base['base_depth']))}; only the same base shape can be shared"
+            )
+        tag = ",".join(f"{k.split('.')[-1]}={v}" for k, v in zip(arm_keys, arm))
+        name = preset + (f"[{tag}]" if arm_keys else "")
+        copy = base.copy()
+        copy["preset"] = preset
+        for k, v in zip(arm_keys, arm):
+            copy[k] = v
+        copy["run_id"] = copy["run_id"] + "@" + name
+        copy["shared_copy"] = True  # counted once, as the run it copies (eval.curves.CurveSet.n_shared)
+        copies.append(copy)
+        shared.append(name + (f" ({', '.join(map(str, values))})" if combo_keys else ""))
     if not copies:
         return sweep
     note = (

@@ -17,6 +17,7 @@ from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
 from eval.results import FRACTION_ATOL, SweepResults, read_divergence_reasons
 from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
+from rundir.contract import PARAMETRIZATION_KEYS
 
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.5, 1.0)
 CI_LEVEL = 95.0
@@ -25,6 +26,7 @@ CI_LEVEL = 95.0
 DEFAULT_SLOPE_TOLERANCE = 0.1
 VERDICTS: tuple[str, ...] = ("consistent with transfer", "does not transfer", "inconclusive")
 _MAX_IDS_SHOWN = 4
+_ARM_COLUMNS = ("preset", *PARAMETRIZATION_KEYS)  # the family columns that say which parametrization it is
 
 
 class AnalysisInputError(ValueError):
@@ -436,11 +438,13 @@ def analyze(
 
 def preset_gaps(results: list[FractionResult]) -> list[PresetGap]:
     """Each family against the first one that differs from it only in the preset (one fraction;
-    e.g. per block type in a study with variants), at the deepest depth both have an optimum."""
+    e.g. per block type in a study with variants), at the deepest depth both have an optimum.
+    Preset custom's alpha and gamma (:data:`rundir.contract.PARAMETRIZATION_KEYS`) count as part
+    of the preset: a custom arm is compared with sp as depth_mup is."""
     gaps = []
     groups: dict[tuple, list[FractionResult]] = {}
     for r in results:
-        groups.setdefault(tuple(kv for kv in r.family.keys if kv[0] != "preset"), []).append(r)
+        groups.setdefault(tuple(kv for kv in r.family.keys if kv[0] not in _ARM_COLUMNS), []).append(r)
     for group in groups.values():
         gaps += _gaps_to_first(group)
     return gaps
@@ -484,12 +488,12 @@ def _ids(ids: list[str]) -> str:
 def _shared_base_hint(family: Family, fraction: float, curveset: CurveSet, depth: int) -> str:
     """Where another preset of the same family keys has runs at the missing base depth: the
     option that uses them (a study trains the shared base depth once, under its first preset)."""
-    others = {k: v for k, v in family.keys if k != "preset"}
+    others = {k: v for k, v in family.keys if k not in _ARM_COLUMNS}
     lenders = sorted(
         f.preset
         for f in curveset.families
         if f.preset != family.preset
-        and {k: v for k, v in f.keys if k != "preset"} == others
+        and {k: v for k, v in f.keys if k not in _ARM_COLUMNS} == others
         and any(c.depth == depth for c in curveset.curves.get((f, fraction), []))
     )
     if not lenders:

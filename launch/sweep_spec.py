@@ -172,12 +172,16 @@ def _check_keys(where: str, fixed: Mapping[str, Any], grid: Mapping[str, Any], a
                 )
 
 
-def _typed_value(base: Path, fixed: list[str], key: str, value: Any, where: str) -> Any:
-    """``value`` as the schema stores it (``'1e-3'`` -> 0.001, ``completep`` -> ``ode``)."""
-    flat = flat_config(load_run_config(base, [*fixed, format_override(key, value)], where=where))
-    if key not in flat:
-        raise LaunchError(f"{where}'{key}' is a section, not a single setting; name its keys one by one")
-    return flat[key]
+def _typed_row(base: Path, fixed: list[str], keys: tuple[str, ...], values: tuple[Any, ...], where: str) -> tuple:
+    """``values`` of ``keys`` as the schema stores them (``'1e-3'`` -> 0.001, ``completep`` ->
+    ``ode``), set together: the keys of a linked entry are one setting of the run (e.g.
+    ``parametrization.preset=custom`` with its alpha and gamma, none valid without the others)."""
+    args = [*fixed, *(format_override(k, v) for k, v in zip(keys, values))]
+    flat = flat_config(load_run_config(base, args, where=where))
+    for key in keys:
+        if key not in flat:
+            raise LaunchError(f"{where}'{key}' is a section, not a single setting; name its keys one by one")
+    return tuple(flat[key] for key in keys)
 
 
 def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None) -> SweepPlan:
@@ -210,9 +214,9 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         rows: list[tuple[Any, ...]] = []
         raw_rows = linked_rows(keys, raw, where) if len(keys) > 1 else [(v,) for v in grid_values(key, raw, where)]
         for raw_row in raw_rows:
-            row = tuple(
-                _typed_value(base, fixed_args, k, v, f"{where}: grid entry '{key}' value {v!r}: ")
-                for k, v in zip(keys, raw_row)
+            shown_raw = raw_row[0] if len(keys) == 1 else list(raw_row)
+            row = _typed_row(
+                base, fixed_args, keys, tuple(raw_row), f"{where}: grid entry '{key}' value {shown_raw!r}: "
             )
             if row in rows:
                 shown = row[0] if len(keys) == 1 else list(row)

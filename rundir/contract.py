@@ -90,6 +90,11 @@ CANONICAL_KEYS: tuple[str, ...] = (
     "model.hidden_size",
 )
 TAIL_COLUMNS: tuple[str, ...] = ("status", "step", "fraction", "val_loss")
+# Swept keys that, with parametrization.preset, say which parametrization a run is (preset
+# custom's depth exponents: docs/parametrization.md). At the base depth L = L0 they change nothing
+# (m_L = 1), so the analysis shares base-depth runs across them (eval.results.share_base_depth)
+# and compares families that differ only in them and the preset as presets (eval.transfer).
+PARAMETRIZATION_KEYS: tuple[str, ...] = ("parametrization.alpha", "parametrization.gamma")
 RESULT_STATUSES: tuple[Status, ...] = (Status.COMPLETED, Status.DIVERGED, Status.FAILED, Status.PENDING)
 # What else results.csv needs from each run's resolved config: its eval points.
 EVAL_AT_KEY = "eval.at"

@@ -37,9 +37,10 @@ def analyse(
             outputs = write_transfer(
                 sweep_dir,
                 report_dir,
-                shared_base=s.presets[0],
+                shared_base=s.arm_values(s.presets[0])["parametrization.preset"],
                 depths=list(depths or s.depths),  # the sweep may hold runs at depths or presets the study file
-                presets=list(s.presets),  # no longer lists (study.sweep keeps them): not analysed
+                presets=s.config_presets(),  # no longer lists (study.sweep keeps them): not analysed; custom
+                # arms are told apart by their alpha and gamma columns (study.sweep refuses a custom run of no arm)
                 fractions="all",  # a study's runs record exactly its eval_at, every one analysed
                 fit_window=s.fit_window,
                 seed_model=s.seed_model,

@@ -180,7 +180,7 @@ class Planner:
                 continue
             values = {
                 "run_id": f"{p.variant}/{p.preset}/L{p.depth}/lr{p.log2_lr:+g}/s{p.seed}",
-                "parametrization.preset": p.preset,
+                **self.s.arm_values(p.preset),  # the preset (custom for a custom arm, with its alpha and gamma)
                 "model.num_layers": p.depth,
                 "optimizer.lr": 2.0**p.log2_lr,
                 "run.seed": p.seed,
@@ -198,8 +198,8 @@ class Planner:
             status = "completed" if evals[0][1] is not None else (DIVERGED if o == DIVERGED else "failed")
             for fraction, loss in evals:
                 records.append({**values, "status": status, "step": "", "fraction": fraction, "val_loss": loss})
-        sweep = results_from_records("<study planner>", records, self.s.variant_keys())
-        sweep = share_base_depth(sweep, self.s.presets[0])
+        sweep = results_from_records("<study planner>", records, [*self.s.variant_keys(), *self.s.arm_keys()])
+        sweep = share_base_depth(sweep, self.s.arm_values(self.s.presets[0])["parametrization.preset"])
         return analyze(  # "all": a study's runs record exactly its eval_at
             sweep,
             fractions="all",
@@ -422,8 +422,7 @@ class Planner:
         ``edge``: (untried LR, usable end LR) when the edge rule applies at that depth, else None;
         for a slope goal a depth where it applies comes first."""
         result = next(r for r in analysis.results if r.family.label == check.family and r.fraction == check.fraction)
-        variant = self._variant_of(result.family)
-        preset = result.family.preset
+        variant, preset = self._arm_of(result.family)
         found = [d for d in result.depths if d.optimum.found and d.opt_ci is not None]
 
         def edge(d):
@@ -464,9 +463,18 @@ class Planner:
                 return beyond, end
         return None
 
-    def _variant_of(self, family) -> str:
+    def _arm_of(self, family) -> tuple[str, str]:
+        """(variant, arm) of an analysed family, recognised by its recorded values as results.csv holds them."""
+        from eval.results import SHORT_NAMES  # the family's columns: parametrization.preset is "preset"
+
         keys = family.key_dict()
-        for name, values in self.variant_values.items():
-            if all(keys.get(k) == str(v) or keys.get(k) == repr(v) for k, v in values.items()):
-                return name
-        return next(iter(self.s.variants))
+
+        def same(values: Mapping[str, Any]) -> bool:
+            return all(
+                keys.get(SHORT_NAMES.get(k, k)) in (("",) if v is None else (str(v), repr(v)))
+                for k, v in values.items()
+            )
+
+        variant = next((n for n, values in self.variant_values.items() if same(values)), next(iter(self.s.variants)))
+        arm = next((a for a in self.s.presets if same(self.s.arm_values(a))), family.preset)
+        return variant, arm

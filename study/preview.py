@@ -62,7 +62,8 @@ def check_run_configs(s: Study, data_dir: Path) -> int:
                 for depth in s.depths:
                     where = f"study {s.name!r}: " + (f"variants.{variant}, " if variant else "")
                     where += f"preset {preset}, L={depth}: "
-                    args = [f"model.num_layers={depth}", f"parametrization.preset={preset}"]
+                    args = [f"model.num_layers={depth}"]
+                    args += [format_override(k, v) for k, v in s.arm_values(preset).items() if v is not None]
                     args += [format_override(k, v) for k, v in overrides.items()]
                     cfg = load_run_config(base, args, where=where)
                     try:
@@ -73,12 +74,18 @@ def check_run_configs(s: Study, data_dir: Path) -> int:
     return checked
 
 
+def arm_text(s: Study, arm: str) -> str:
+    """An arm as ``--plan`` names it: a fixed preset, or a custom arm with its alpha and gamma."""
+    custom = s.custom_presets.get(arm)
+    return f"{arm} (custom: alpha {custom['alpha']:g}, gamma {custom['gamma']:g})" if custom else arm
+
+
 def plan_lines(s: Study) -> list[str]:
     """What ``launch demo --plan`` prints: runs per variant, preset and depth of the fixed design,
     their cost in layer-runs, and the sequential phase's bound."""
     points = fixed_design(s)
     lines = [
-        f"study {s.name}: presets {', '.join(s.presets)}; depths {list(s.depths)} (L0 = {s.depths[0]}); "
+        f"study {s.name}: presets {', '.join(arm_text(s, p) for p in s.presets)}; depths {list(s.depths)} (L0 = {s.depths[0]}); "
         f"width {s.hidden_size}, sequence {s.seq_length}, batch {s.batch}, {s.steps} steps, evaluated at "
         f"{', '.join(f'{f:g}' for f in s.eval_at)} of training; corpus {s.corpus}",
         f"fixed design (scan, refine, seeds) on a planted answer: {len(points)} runs (the scan alone: "

@@ -17,6 +17,7 @@ import yaml
 from data_prep.config import MIN_VOCAB_SIZE
 from eval.seed_model import SEED_MODELS
 from launch.errors import LaunchError
+from rundir.contract import PARAMETRIZATION_KEYS
 from study.corpus import DEFAULT_CORPUS
 
 STUDIES_DIR = Path(__file__).resolve().parents[1] / "configs" / "studies"
@@ -89,11 +90,34 @@ class Study:
     # last 1.0 (the end loss the planner walks on); each is analysed, and each goal is checked at
     # each of them, so more points cost sequential-phase runs, never scan runs
     eval_at: tuple[float, ...] = (0.5, 1.0)
+    # optional: named arms of preset custom, name -> {"alpha": a, "gamma": g} (both required,
+    # docs/parametrization.md "Presets"); ``presets`` lists them by name beside the fixed presets.
+    # Each arm is its own family in results.csv (parametrization.preset=custom with its alpha and
+    # gamma columns) and in eval transfer; the base depth is shared with every other arm.
+    custom_presets: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def run_budget(self) -> int:
         """The most runs the whole study may train: ``budget_runs`` for each variant."""
         return self.budget_runs * len(self.variants)
+
+    def arm_keys(self) -> list[str]:
+        """The config keys besides ``parametrization.preset`` that tell the arms apart: custom
+        arms' alpha and gamma (every run records them, empty for a fixed preset); none without."""
+        return list(PARAMETRIZATION_KEYS) if self.custom_presets else []
+
+    def arm_values(self, arm: str) -> dict[str, Any]:
+        """The run-config values of the arm ``arm`` (a name in ``presets``): its
+        ``parametrization.preset`` and every :meth:`arm_keys` key (None where a fixed preset sets none)."""
+        custom = self.custom_presets.get(arm)
+        values: dict[str, Any] = {"parametrization.preset": "custom" if custom else arm}
+        for k in self.arm_keys():
+            values[k] = custom[k.split(".")[-1]] if custom else None
+        return values
+
+    def config_presets(self) -> list[str]:
+        """The distinct ``parametrization.preset`` values of the arms, in order (results.csv's column)."""
+        return list(dict.fromkeys(self.arm_values(a)["parametrization.preset"] for a in self.presets))
 
     def variant_keys(self) -> list[str]:
         """Every config key some variant sets (each run records all of them, so that
@@ -113,6 +137,7 @@ OPTIONAL = (
     "bootstrap",
     "run_overhead_layers",
     "eval_at",
+    "custom_presets",
 )
 GPU_OPTIONAL = ("device", "precision", "corpus", "micro_batch", "runs_per_gpu", "checkpoint_interval")
 DEVICES = ("cpu", "cuda")
@@ -161,12 +186,20 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
             if "goals" in raw:
                 values["goals"] = _goals(path, raw["goals"])
             continue
+        if f.name == "custom_presets":
+            if "custom_presets" in raw:
+                values["custom_presets"] = _custom_presets(path, raw["custom_presets"])
+            continue
         if f.name in raw:
             values[f.name] = _coerce(path, f.name, raw[f.name], f.type)
     study = replace(Study(**values), **{k: v for k, v in overrides.items() if v is not None})
     if variants:
         study = replace(study, variants=_select_variants(path, study.variants, variants))
-    study = replace(study, presets=_presets(path, study.presets), corpus=_corpus(path, study.corpus, overrides))
+    study = replace(
+        study,
+        presets=_presets(path, study.presets, study.custom_presets),
+        corpus=_corpus(path, study.corpus, overrides),
+    )
     try:
         _check(path, study)
     except LaunchError as exc:  # a value the command line gave (--depths, --seeds, ...) is named as its flag
@@ -178,26 +211,88 @@ def load_study(name_or_path: str, variants: Optional[Sequence[str]] = None, **ov
     return study
 
 
-def _presets(path: Path, presets: Sequence[str]) -> tuple[str, ...]:
-    """The presets by their canonical names (``completep`` -> ``ode``, as a run config stores
-    them); an unknown one, or ``custom``, is refused here, before anything trains (each used to
-    fail only when the planner reached the first depth past the shared base, after the base had trained)."""
+def _presets(path: Path, presets: Sequence[str], custom: dict[str, dict[str, float]]) -> tuple[str, ...]:
+    """The arms: fixed presets by their canonical names (``completep`` -> ``ode``, as a run
+    config stores them) and the names of ``custom_presets`` arms. An unknown name, or ``custom``
+    itself (its alpha and gamma belong to a named arm), is refused here, before anything trains
+    (each used to fail only when the planner reached the first depth past the shared base, after
+    the base had trained); so is a custom arm that ``presets`` does not list."""
     from patches.presets import canonical_preset
 
-    try:
-        canonical = tuple(canonical_preset(p) for p in presets)
-    except ValueError as exc:
-        raise LaunchError(f"{path}: presets: {str(exc).split(': ', 1)[1]}") from None
+    canonical = []
+    for p in presets:
+        if p in custom:
+            canonical.append(p)
+            continue
+        if p == "custom":
+            example = next(iter(custom), "a050")
+            raise LaunchError(
+                f"{path}: presets: 'custom' needs its alpha and gamma: name each custom arm under custom_presets "
+                f"(e.g. custom_presets: {{{example}: {{alpha: 0.5, gamma: 0.5}}}}) and list it by name in presets"
+            )
+        try:
+            canonical.append(canonical_preset(p))
+        except ValueError as exc:
+            named = (
+                f" or a custom_presets arm ({', '.join(custom)})"
+                if custom
+                else " (or name a custom arm under custom_presets)"
+            )
+            raise LaunchError(f"{path}: presets: {str(exc).split(': ', 1)[1]}{named}") from None
     if len(set(canonical)) != len(canonical):
-        raise LaunchError(f"{path}: presets: listed twice in {list(presets)} (as {list(canonical)})")
-    if "custom" in canonical:  # its alpha and gamma could come only from variants, whose keys every
-        # preset gets (a fixed preset refuses them); the sweep checks each preset against the base config alone
+        raise LaunchError(f"{path}: presets: listed twice in {list(presets)} (as {canonical})")
+    unused = [name for name in custom if name not in canonical]
+    if unused:
         raise LaunchError(
-            f"{path}: presets: 'custom' (alpha and gamma of your own) cannot run in a study yet: a study has no "
-            "per-preset alpha/gamma, and its variants' keys go to every preset; use the fixed presets "
-            "(sp, mup, depth_mup, branch_only, ode) or a launch sweep with parametrization.preset=custom"
+            f"{path}: custom_presets: {unused} not listed in presets {list(presets)}: list each arm there (its "
+            "place sets the planner's order; the first arm trains the shared base depth), or remove it"
         )
-    return canonical
+    return tuple(canonical)
+
+
+def _custom_presets(path: Path, raw: Any) -> dict[str, dict[str, float]]:
+    """``custom_presets``: name -> {alpha, gamma}, each checked by the parametrization itself
+    (:class:`patches.parametrization.Parametrization`, whose refusals are the run config's)."""
+    from patches.parametrization import Parametrization
+    from patches.presets import ALIASES, PRESETS
+
+    if not isinstance(raw, dict) or not raw:
+        raise LaunchError(f"{path}: custom_presets: expected a mapping name -> {{alpha: A, gamma: G}}, got {raw!r}")
+    out: dict[str, dict[str, float]] = {}
+    fields_ = [k.split(".")[-1] for k in PARAMETRIZATION_KEYS]
+    for name, arm in raw.items():
+        where = f"{path}: custom_presets.{name}"
+        if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+            raise LaunchError(f"{path}: custom_presets: name {name!r} must be letters, digits and underscores")
+        if name in PRESETS or name in ALIASES:
+            raise LaunchError(f"{where}: {name!r} is a preset's name; give the custom arm another name")
+        if not isinstance(arm, dict):
+            raise LaunchError(f"{where}: expected a mapping {{alpha: A, gamma: G}}, got {arm!r}")
+        unknown = sorted(set(arm) - set(fields_))
+        missing = [k for k in fields_ if k not in arm]
+        if unknown or missing:
+            what = f"unknown key(s) {unknown}" if unknown else f"missing {missing}"
+            raise LaunchError(
+                f"{where}: {what}; a custom arm has exactly {fields_} (preset custom's depth exponents: the "
+                "residual-branch multiplier (L/L0)^-alpha and the in-block Adam LR factor (L/L0)^-gamma, "
+                "docs/parametrization.md; other settings go to every arm through variants)"
+            )
+        for k in fields_:
+            if isinstance(arm[k], bool) or not isinstance(arm[k], (int, float)):
+                raise LaunchError(f"{where}.{k}: expected a number, got {arm[k]!r}")
+        values = {k: float(arm[k]) for k in fields_}
+        try:
+            Parametrization(preset="custom", **values)
+        except ValueError as exc:
+            raise LaunchError(f"{where}: {exc}") from None
+        twin = next((other for other, v in out.items() if v == values), None)
+        if twin is not None:
+            raise LaunchError(
+                f"{where}: the same {values} as custom_presets.{twin}: two arms of one parametrization would be "
+                "the same runs"
+            )
+        out[name] = values
+    return out
 
 
 def _corpus(path: Path, corpus: str, overrides: dict[str, Any]) -> str:
@@ -263,6 +358,12 @@ def _variants(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
         planned = sorted(set(overrides) & set(_PLANNED_KEYS))
         if planned:
             raise LaunchError(f"{path}: variants.{name}: {planned} are set by the study planner, not a variant")
+        arm = sorted(set(overrides) & set(PARAMETRIZATION_KEYS))
+        if arm:
+            raise LaunchError(
+                f"{path}: variants.{name}: {arm} belong to a preset, not a variant (a variant's keys go to every "
+                "preset, and a fixed preset refuses them): name custom arms under custom_presets"
+            )
         out[name] = dict(overrides)
     return out
 

@@ -178,6 +178,15 @@ def render_markdown(h: dict[str, Any], s: Study, minutes: float) -> str:
         "`eval transfer` counts them) and the grid LR that gave it. "
         f"At L={depths[0]} (= L0) every preset is the same model, trained once.",
     ]
+    if s.custom_presets:  # the transfer table below names families by what results.csv records
+        arms = "; ".join(
+            f"{name} = parametrization.alpha={v['alpha']!r}, parametrization.gamma={v['gamma']!r}"
+            for name, v in s.custom_presets.items()
+        )
+        lines.append(
+            f"Custom arms (preset custom in results.csv; `eval transfer` names each family by its alpha and "
+            f"gamma): {arms}."
+        )
     for variant in s.variants:
         gap = h.get("depth_mup_minus_sp_at_deepest" + (f"_{variant}" if variant else ""))
         if gap is not None:

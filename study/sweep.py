@@ -13,6 +13,7 @@ import yaml
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from launch.sweep_dir import SWEEP_FILE
+from rundir.contract import PARAMETRIZATION_KEYS
 from rundir.files import RunSummary, read_summary
 from study.log import log as _log
 from study.planner import DIVERGED, PENDING, Finished, Outcome, Planner, Point, key
@@ -125,11 +126,28 @@ class AdaptiveSweep:
                 f"({self.variant_values}); was the sweep directory made by another study?"
             )
         return Point(
-            str(values["parametrization.preset"]),
+            self._arm(values),
             int(values["model.num_layers"]),
             key(math.log2(values["optimizer.lr"])),
             int(values.get("run.seed", 0)),
             variant,
+        )
+
+    def _arm(self, values: dict[str, Any]) -> str:
+        """The study arm of a planned run's grid values: its preset, or the custom arm with its
+        alpha and gamma. A custom run of no arm is refused: eval transfer would analyse it as the
+        study's (it tells custom arms apart by those values, not by the study's names)."""
+        preset = str(values["parametrization.preset"])
+        if preset != "custom":
+            return preset
+        for arm in self.s.presets:
+            if all(values.get(k) == v for k, v in self.s.arm_values(arm).items()):
+                return arm
+        found = {k: values.get(k) for k in PARAMETRIZATION_KEYS}
+        raise LaunchError(
+            f"{self.sweep_dir / SWEEP_FILE}: a run of preset custom with {found} matches no arm of study "
+            f"{self.s.name!r} (custom_presets: {self.s.custom_presets}); restore that arm in the study file, or give "
+            "another --out for the changed study"
         )
 
     def _state(self, run_id: str):
@@ -163,13 +181,16 @@ class AdaptiveSweep:
 
     def _add(self, points: list[Point]) -> list:
         from launch.sweep_dir import write_plan
-        from launch.sweep_spec import expand
+        from launch.sweep_spec import LINKED_KEY_SEPARATOR, expand
 
         added = []
         for point in points:
+            # the arm's preset, or a custom arm's preset with its alpha and gamma: one linked entry,
+            # set together (the parametrization refuses custom without them); a fixed preset sets neither
+            arm = {k: v for k, v in self.s.arm_values(point.preset).items() if v is not None}
             grid = {
                 "model.num_layers": [point.depth],
-                "parametrization.preset": [point.preset],
+                LINKED_KEY_SEPARATOR.join(arm): [list(arm.values())] if len(arm) > 1 else list(arm.values()),
                 "optimizer.lr": [2.0**point.log2_lr],
             }
             if point.seed:  # seed 0 is the base config's: run IDs of one-seed studies stay as they were
@@ -178,7 +199,10 @@ class AdaptiveSweep:
                 grid[k] = [v]
             stage = expand(self.spec_path, replace(self.spec, grid=grid))
             if self.plan is None:
-                self.plan = replace(stage, runs=[])
+                self.plan = replace(stage, runs=[], grid={})
+            for k, values in stage.grid.items():  # the plan's grid: every value of every key any stage swept
+                have = self.plan.grid.setdefault(k, [])  # (results.csv has a column for each key)
+                have += [v for v in values if v not in have]
             known = {r.run_id for r in self.plan.runs}
             for run in stage.runs:
                 if run.run_id not in known:

@@ -197,9 +197,9 @@ def test_study_files_load_and_bad_ones_name_the_key(tmp_path):
         "presets: [sp, depth_mupp]": "presets: unknown preset 'depth_mupp'; choose from",
         "presets: [ode, completep]": "presets: listed twice in ['ode', 'completep'] (as ['ode', 'ode'])",
         "vocab_size: 256": "vocab_size: must be >= 260 (the smallest tokenizer data_prep trains), got 256",
-        # custom's alpha and gamma come only from variants, which sp refuses: it trained the
-        # shared base, then failed at the first depth past it
-        "presets: [sp, custom]": "presets: 'custom' (alpha and gamma of your own) cannot run in a study yet",
+        # custom's alpha and gamma come from a named arm (custom_presets): custom itself, without
+        # them, trained the shared base, then failed at the first depth past it
+        "presets: [sp, custom]": "presets: 'custom' needs its alpha and gamma: name each custom arm under custom_presets",
         # each of these used to be accepted: a one-depth "transfer" study, a depth truncated
         # (4.5 trained as 4), a budget that capped nothing, a fit window eval transfer refused only
         # after every run had trained, a base grid the planner misreads, a fit it can never make
@@ -345,19 +345,21 @@ def test_plan_prints_the_hand_counted_fixed_design_and_writes_nothing(tmp_path, 
 
 
 def test_a_variant_key_the_trainer_refuses_stops_the_study_before_its_data(tmp_path, capsys):
-    """A fixed preset takes no alpha of its own: such a variant was refused only after data_prep had
-    built the corpus (minutes on a real one); now at the start, and by ``--plan``."""
+    """Width yaida has no rule for the study's AdamW (patches.rules refuses it): such a variant was
+    refused only after data_prep had built the corpus (minutes on a real one); now at the start,
+    and by ``--plan``. (A variant setting alpha, the first example here, is refused when the file
+    loads: alpha and gamma belong to a custom arm, tests/test_study_custom_arms.py.)"""
     from launch.__main__ import main
 
     study = tmp_path / "mine.yaml"
     text = (REPO / "configs" / "studies" / "quick.yaml").read_text()
-    study.write_text(text + "variants:\n  half: {parametrization.alpha: 0.5}\n")
+    study.write_text(text + "variants:\n  half: {parametrization.width: yaida, parametrization.yaida_s: 0.5}\n")
     out = tmp_path / "out"
     for extra in (["--plan"], []):
         assert main(["demo", "--study", str(study), "--out", str(out), *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: study 'demo_quick': variants.half, preset sp, L=2: "), err
-        assert "parametrization.alpha" in err
+        assert "parametrization.width=yaida" in err
         assert not (out / "data").exists()
 
 

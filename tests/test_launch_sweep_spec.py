@@ -220,3 +220,20 @@ def test_linked_grid_entry_rows_and_errors(tmp_path):
         with pytest.raises(LaunchError, match=message):
             path = derived_spec(tmp_path, name=f"bad{i}.yaml", grid=grid)
             expand(path, load_spec(path))
+
+
+def test_a_linked_entry_is_typed_as_one_setting_preset_custom_with_its_alpha_and_gamma(tmp_path):
+    """``parametrization.preset,parametrization.alpha,parametrization.gamma: [[custom, 0.5, 0.5], ...]``:
+    each key used to be typed alone against the base config, so custom was refused for lacking
+    the alpha and gamma its own row gives (and alpha for a preset that fixes it); a linked row
+    is one setting, loaded together."""
+    key = "parametrization.preset,parametrization.alpha,parametrization.gamma"
+    spec = derived_spec(tmp_path, grid={key: [["custom", 0.5, 0.5], ["custom", 1, 0]], "optimizer.lr": [1e-3]})
+    plan = expand(spec, load_spec(spec))
+    got = [tuple(r.point[k] for k in key.split(",")) for r in plan.runs]
+    assert got == [("custom", 0.5, 0.5), ("custom", 1.0, 0.0)]  # typed as the schema stores them
+    assert plan.grid["parametrization.alpha"] == [0.5, 1.0]
+    bad = derived_spec(tmp_path, name="bad.yaml", grid={key: [["custom", 0.5, None]], "optimizer.lr": [1e-3]})
+    with pytest.raises(LaunchError, match=r"grid entry '.*' value \['custom', 0.5, None\]: .*parametrization.gamma: "
+                       "preset 'custom' needs an explicit finite gamma"):  # fmt: skip
+        expand(bad, load_spec(bad))
