@@ -70,7 +70,8 @@ def test_custom_arms_run_end_to_end_each_its_own_family(tmp_path, monkeypatch):
     s = load_study(str(path))
     monkeypatch.setattr("tests.test_study_sequential._planted", _planted)
     sweep, _ = _drive(tmp_path, monkeypatch, s, noise=0.02)
-    results, stop, used, lines = study_status(sweep, s)
+    status = study_status(sweep, s)
+    results, stop, used, lines, _ = status
     assert {p.preset for p in results} == {"sp", "a050", "a100"}
     assert {p.preset for p in results if p.depth == 2} == {"sp"}  # the base depth: trained once, by the first arm
     assert used["runs_sequential"] > 0 and stop.reason in ("goals_met", "budget_spent")
@@ -103,7 +104,7 @@ def test_custom_arms_run_end_to_end_each_its_own_family(tmp_path, monkeypatch):
     # the loss gaps compare every family with the first (sorted: a050), arms as presets are compared
     assert {(g["reference"], g["family"]) for g in transfer["preset_gaps"]} == {(a050, "sp"), (a050, a100)}
 
-    h = headline(report, sweep, s, (results, stop, used, lines))
+    h = headline(report, sweep, s, status)
     assert set(h["presets"]) == {"sp", "a050", "a100"}
     md = render_markdown(h, s, 1.0)
     assert "| a100 |" in md and "a050 = parametrization.alpha=0.5, parametrization.gamma=0.5" in md
