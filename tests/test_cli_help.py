@@ -338,3 +338,18 @@ def test_doc_synopses_name_options_the_help_lists(capsys):
         shown = capsys.readouterr().out
         missing = [o for o in options if not re.search(rf"(?<![\w-]){o}(?![\w-])", shown)]
         assert not missing, f"{doc}: {missing} not in `python -m {module} {' '.join(sub)} --help`: {line}"
+
+
+def test_eval_doc_synopses_list_every_option():
+    """docs/eval.md's usage lines are each command's whole synopsis (a command with two forms has
+    two): `lm-eval --dtype` was in --help and not in the doc, which said the dtype was fixed."""
+    subparsers = next(a for a in eval_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    listed: dict[str, set[str]] = {}
+    for doc, _, _module, sub, options in SYNOPSES:
+        if doc == "docs/eval.md":
+            listed.setdefault(sub[0], set()).update(options)
+    assert set(listed) == {"coord-check", "transfer", "lm-eval", "dynamics", "diversity"}
+    for sub, options in listed.items():
+        actions = subparsers[sub]._actions
+        have = {a.option_strings[-1] for a in actions if a.option_strings and a.help != argparse.SUPPRESS}
+        assert have - {"--help"} - options == set(), f"docs/eval.md's synopsis of {sub} leaves these out"
