@@ -1,5 +1,6 @@
 """Every entry point's --help states each option's default (jobscripts.cli.state_defaults):
-argparse prints one only where the help text spells it out."""
+argparse prints one only where the help text spells it out. Every command line the README and
+docs/{launch,data_prep,eval}.md show is one its parser takes."""
 
 from __future__ import annotations
 
