@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobscripts.cli import state_defaults
 from rundir.contract import ExitCode
 
 SHARDED = ("clean", "signatures", "buckets", "tokenize")  # in the order the stages run
@@ -93,9 +94,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--input-bytes", type=float, help="input bytes of the whole job (e.g. all WET files)")
     size.add_argument("--scale", type=float, help="the whole job is this many times the pilot's input")
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--cores-per-node", type=int, default=64)
-    args = parser.parse_args(argv)
+    parser.add_argument("--nodes", type=int, default=1, help="nodes of the whole job")
+    parser.add_argument("--cores-per-node", type=int, default=64, help="cores of each node")
+    args = state_defaults(parser).parse_args(argv)
     try:
         manifest = json.loads(args.manifest.read_text())
         pilot_bytes = input_bytes(manifest)

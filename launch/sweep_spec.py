@@ -60,9 +60,19 @@ class SweepSpec:
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     try:
-        return load_config(SweepSpec, path, overrides)
+        return load_config(SweepSpec, path, [_grid_entry_override(o) for o in overrides])
     except ConfigError as exc:
         raise LaunchError(f"sweep spec {exc}{_run_key_hint(overrides)}") from None
+
+
+def _grid_entry_override(override: str) -> str:
+    """``grid.model.num_layers=[2, 4]`` names the grid entry ``model.num_layers`` (a run-config
+    key, dots and all): written ``grid[model.num_layers]=...`` so that it replaces that entry
+    instead of nesting ``{model: {num_layers: ...}}`` beside it."""
+    key, sep, value = override.partition("=")
+    if sep and key.startswith("grid.") and "[" not in key:
+        return f"grid[{key[len('grid.') :]}]={value}"
+    return override
 
 
 def _run_key_hint(overrides: Sequence[str]) -> str:

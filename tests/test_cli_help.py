@@ -1,17 +1,19 @@
 """Every entry point's --help states each option's default (jobscripts.cli.state_defaults):
-argparse prints one only where the help text spells it out."""
+argparse prints one only where the help text spells it out. Every command line the README and
+docs/{launch,data_prep,eval}.md show is one its parser takes."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
-from data_prep.__main__ import _parser as data_prep_parser
 from eval.__main__ import build_parser as eval_parser
 from jobscripts.cli import _STATES_DEFAULT, state_defaults
 from launch.__main__ import _parser as launch_parser
-from training.export_hf import build_parser as export_parser
 
 
 def _options(parser: argparse.ArgumentParser, path: str = ""):
@@ -23,14 +25,35 @@ def _options(parser: argparse.ArgumentParser, path: str = ""):
             yield path.strip(), action
 
 
-@pytest.mark.parametrize(
-    "build",
-    [launch_parser, eval_parser, data_prep_parser, export_parser],
-    ids=["launch", "eval", "data_prep", "export"],
-)
-def test_every_default_is_in_the_help(build):
+def _parser_of(module: str) -> argparse.ArgumentParser:
+    """The parser `python -m MODULE` parses its command line with (caught as it starts parsing)."""
+    import importlib
+
+    class Caught(Exception):
+        pass
+
+    def catch(self, *args, **kwargs):
+        raise Caught(self)
+
+    saved = {
+        name: getattr(argparse.ArgumentParser, name)
+        for name in ("parse_args", "parse_known_args", "parse_intermixed_args")
+    }
+    try:
+        for name in saved:
+            setattr(argparse.ArgumentParser, name, catch)
+        importlib.import_module(module).main(["--help"])
+    except Caught as caught:
+        return caught.args[0]
+    finally:
+        for name, method in saved.items():
+            setattr(argparse.ArgumentParser, name, method)
+    raise AssertionError(f"{module}.main never parsed its command line")
+
+
+def _assert_defaults_stated(parser: argparse.ArgumentParser) -> None:
     missing = []
-    for where, action in _options(build()):
+    for where, action in _options(parser):
         default = action.default
         if default is None or default is False or default == [] or default is argparse.SUPPRESS:
             continue
@@ -109,6 +132,13 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.parametrize("module", sorted({module for module, _, _ in COMMANDS}))
+def test_every_entry_points_help_states_its_defaults(module):
+    """`python -m data_prep.costs --help` listed `--nodes NODES` and `--cores-per-node
+    CORES_PER_NODE` with no word: a projection for 1 node x 64 cores unless told otherwise."""
+    _assert_defaults_stated(_parser_of(module))
+
+
 def _exit_code(call) -> int:
     try:
         code = call()
@@ -163,3 +193,190 @@ def test_a_missing_input_exits_2_naming_it(module, argv, named, tmp_path, monkey
     assert _exit_code(lambda: importlib.import_module(module).main(argv)) == 2
     assert named in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# Every command line README.md, docs/launch.md, docs/data_prep.md and docs/eval.md show, in their
+# shell blocks and inline code: the module it names exists, and the command's own parser accepts
+# its options and overrides (nothing runs: parsing stops before the command's work). A flag or
+# module renamed in the code but not in the docs fails here instead of on a user's first day.
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "docs/launch.md", "docs/data_prep.md", "docs/eval.md")
+NOT_OURS = {"pytest"}  # `python -m pytest`: its options are pytest's
+
+
+def doc_commands(text: str) -> list[tuple[str, str, list[str] | None]]:
+    """(the line as written, module, argv) for each `python -m MODULE ...`, `python train_gpt.py ...`
+    and `torchrun ... train_gpt.py ...` in the shell blocks (``\\`` continues a line, `#` starts a
+    comment, `;`, `&&` or `|` ends the command) and in inline code; argv is None for an inline span
+    with one argument or none (it names a module or subcommand). A synopsis (a word in `[...]`) is
+    no command line; a trailing `...` is dropped; a placeholder in capitals (`DIR`, `N`) is given
+    as `1`, a value every option's type takes."""
+    lines, fence, held = [], None, ""
+    for raw in text.splitlines():
+        if raw.strip().startswith("```"):  # also a block indented under a list item
+            fence = None if fence is not None else raw.strip()[3:] or "text"
+            continue
+        if fence in ("bash", "sh", "text"):
+            line = held + raw.strip()
+            held = line[:-1] + " " if line.endswith("\\") else ""
+            if not held:
+                lines.append((line, True))
+    body = re.sub(r"```.*?```", "", text, flags=re.S)  # inline spans outside the blocks
+    lines += [(span.replace("\n", " "), False) for span in re.findall(r"`((?:python|torchrun) [^`]+)`", body)]
+    commands = []
+    for line, fenced in lines:
+        if line.split()[:1] not in (["python"], ["torchrun"]) or any(w.startswith("[") for w in line.split()):
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        words = list(lexer)
+        words = words[: min((i for i, w in enumerate(words) if w in (";", "&&", "|")), default=len(words))]
+        if "train_gpt.py" in words:
+            module, argv = "train_gpt", words[words.index("train_gpt.py") + 1 :]
+        elif words[0] == "python" and words[1:2] == ["-m"]:
+            module, argv = words[2], words[3:]
+        else:
+            continue  # `torchrun --standalone`: a launcher's flag; `python benchmarks/...`: a script
+        argv = [re.sub(r"^[A-Z][A-Z_]*$", "1", w) for w in (argv[:-1] if argv[-1:] == ["..."] else argv)]
+        commands.append((line, module, argv if len(argv) > 1 or fenced else None))
+    return commands
+
+
+class _Parsed(Exception):
+    def __init__(self, result):
+        self.result = result
+
+
+def _parse_only(monkeypatch):
+    """argparse's parse methods raise _Parsed with their result when the outermost call returns; an
+    abbreviated option (`--input-byte` for `--input-bytes`) is refused: a doc spells options out."""
+    depth = [0]
+
+    def wrap(name):
+        original = getattr(argparse.ArgumentParser, name)
+
+        def method(self, *args, **kwargs):
+            self.allow_abbrev = False
+            depth[0] += 1
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                raise _Parsed(result)
+            return result
+
+        monkeypatch.setattr(argparse.ArgumentParser, name, method)
+
+    for name in ("parse_args", "parse_known_args", "parse_intermixed_args", "parse_known_intermixed_args"):
+        wrap(name)
+
+
+DOC_COMMANDS = [(doc, *command) for doc in DOCS for command in doc_commands((ROOT / doc).read_text())]
+
+
+def test_doc_commands_are_found():
+    found = {doc: {module for d, _, module, _ in DOC_COMMANDS if d == doc} for doc in DOCS}
+    assert {"launch", "eval", "data_prep", "train_gpt", "training.show", "training.export_hf"} <= found["README.md"]
+    assert {"launch"} <= found["docs/launch.md"] and {"data_prep", "data_prep.costs"} <= found["docs/data_prep.md"]
+    assert {"eval"} <= found["docs/eval.md"]
+    assert len([c for c in DOC_COMMANDS if c[0] == "README.md" and c[3] is not None]) >= 30
+
+
+@pytest.mark.parametrize("doc,line,module,argv", DOC_COMMANDS, ids=[f"{c[0]}: {c[1][:70]}" for c in DOC_COMMANDS])
+def test_doc_command_parses(doc, line, module, argv, monkeypatch, capsys):
+    import importlib
+    import importlib.util
+
+    from runconfig import load_config
+    from runconfig.schema import RunConfig
+
+    assert importlib.util.find_spec(module) is not None, f"{doc}: no module {module!r}: {line}"
+    if module in NOT_OURS or argv is None:
+        return
+    imported = importlib.import_module(module)
+    main = getattr(imported, "main", None) or importlib.import_module(f"{module}.__main__").main
+    _parse_only(monkeypatch)
+    with pytest.raises(_Parsed) as parsed:
+        try:
+            main(argv)
+        except SystemExit as exc:
+            pytest.fail(f"{doc}: command refused (exit {exc.code}): {line}\n{capsys.readouterr().err}")
+    args, rest = parsed.value.result if isinstance(parsed.value.result, tuple) else (parsed.value.result, [])
+    command = getattr(args, "command", None)
+    # launch: options may sit among job's and sweep's key=value overrides (launch/__main__.py)
+    assert all("=" in r and not r.startswith("-") for r in rest) and (not rest or command in ("job", "sweep")), (
+        f"{doc}: arguments its parser does not take: {rest}: {line}"
+    )
+    for word in argv:  # the repository's files it names exist
+        if word.startswith(("configs/", "docs/")) and "<" not in word:
+            assert (ROOT / word).exists(), f"{doc} names {word}, which does not exist: {line}"
+    study = argv[argv.index("--study") + 1] if "--study" in argv else "1"
+    if study != "1":  # not a placeholder
+        assert (ROOT / "configs" / "studies" / f"{study}.yaml").exists(), f"{doc}: no study {study!r}: {line}"
+    config = getattr(args, "config", None) or ""
+    runs = module in ("train_gpt", "training.show") or (module, command) in (("launch", "job"), ("eval", "coord-check"))
+    if runs and config.startswith("configs/"):  # a placeholder (cfg.yaml, FILE) has nothing to check
+        load_config(RunConfig, args.config, [*(getattr(args, "overrides", None) or []), *rest])  # keys and values
+
+
+def doc_synopses(text: str) -> list[tuple[str, str, list[str], list[str]]]:
+    """(line, module, subcommand, options) of each synopsis (`python -m MODULE [SUB] ... [--opt X]`,
+    continued on the lines below that start with `[` or `options:`) in a code block: the options it
+    names, brackets and values aside."""
+    found, fence, held, synopsis = [], None, "", False
+    for raw in text.splitlines():
+        if raw.strip().startswith("```"):
+            fence = None if fence is not None else raw.strip()[3:] or "text"
+            continue
+        if fence is None:
+            continue
+        line = held + raw.strip()
+        held = line[:-1] + " " if line.endswith("\\") else ""
+        words = line.split()
+        if held:
+            continue
+        if synopsis and words[:1] and (words[0].startswith("[") or words[0] == "options:"):
+            doc_line, module, sub, options = found[-1]
+            more = {m for w in words for m in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", w)}
+            found[-1] = (f"{doc_line} {line}", module, sub, sorted({*options, *more}))
+            continue
+        synopsis = words[:2] == ["python", "-m"] and any(w.startswith("[") for w in words)
+        if not synopsis:
+            continue
+        sub = [words[3]] if len(words) > 3 and re.fullmatch(r"[a-z][a-z-]*", words[3]) else []
+        options = sorted({m for w in words[3:] for m in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", w)})
+        found.append((line, words[2], sub, options))
+    return found
+
+
+SYNOPSES = [(doc, *s) for doc in DOCS for s in doc_synopses((ROOT / doc).read_text())]
+
+
+def test_doc_synopses_name_options_the_help_lists(capsys):
+    """The usage lines at the top of docs/launch.md and docs/eval.md's sections list every option
+    of the command: each one they name is in its --help."""
+    import importlib
+
+    assert len(SYNOPSES) >= 8
+    for doc, line, module, sub, options in SYNOPSES:
+        main = importlib.import_module(f"{module}.__main__").main
+        assert _exit_code(lambda main=main, sub=sub: main([*sub, "--help"])) == 0, line
+        shown = capsys.readouterr().out
+        missing = [o for o in options if not re.search(rf"(?<![\w-]){o}(?![\w-])", shown)]
+        assert not missing, f"{doc}: {missing} not in `python -m {module} {' '.join(sub)} --help`: {line}"
+
+
+def test_eval_doc_synopses_list_every_option():
+    """docs/eval.md's usage lines are each command's whole synopsis (a command with two forms has
+    two): `lm-eval --dtype` was in --help and not in the doc, which said the dtype was fixed."""
+    subparsers = next(a for a in eval_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    listed: dict[str, set[str]] = {}
+    for doc, _, _module, sub, options in SYNOPSES:
+        if doc == "docs/eval.md":
+            listed.setdefault(sub[0], set()).update(options)
+    assert set(listed) == {"coord-check", "transfer", "lm-eval", "dynamics", "diversity"}
+    for sub, options in listed.items():
+        actions = subparsers[sub]._actions
+        have = {a.option_strings[-1] for a in actions if a.option_strings and a.help != argparse.SUPPRESS}
+        assert have - {"--help"} - options == set(), f"docs/eval.md's synopsis of {sub} leaves these out"

@@ -127,6 +127,24 @@ def test_a_run_config_key_given_to_the_spec_says_where_it_goes(tmp_path, capsys)
     assert spec.overrides["training"]["steps"] == 50
 
 
+def test_a_grid_entry_overridden_on_the_command_line_replaces_the_files(tmp_path, capsys):
+    """`launch sweep SPEC grid.model.num_layers=[2]` split the run-config key at its dots into a
+    nested `grid: {model: {num_layers: [2]}}` beside the file's `model.num_layers` entry and
+    failed: "grid entry 'model': a mapping must be one of [...], got keys ['num_layers']". The
+    key after `grid.` is one grid entry's key, dots (and a linked entry's commas) included."""
+    spec = load_spec(TINY_SPEC, ["grid.model.num_layers=[2]", "grid.run.seed=[0, 1]"])
+    assert spec.grid["model.num_layers"] == [2] and spec.grid["run.seed"] == [0, 1]
+    assert list(spec.grid) == ["model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed"]
+    plan = expand(TINY_SPEC, spec)
+    assert len(plan.runs) == 1 * 2 * 4 * 2 and {r.point["model.num_layers"] for r in plan.runs} == {2}
+    linked = load_spec(TINY_SPEC, ["grid.model.hidden_size,model.num_layers=[[64, 2], [128, 4]]"])
+    assert linked.grid["model.hidden_size,model.num_layers"] == [[64, 2], [128, 4]]
+    code = main(
+        ["sweep", str(TINY_SPEC), "grid.model.num_layers=[2]", "--sweep-dir", str(tmp_path / "sw"), "--dry-run"]
+    )
+    assert code == 0 and "sweep tiny_cpu: 8 runs" in capsys.readouterr().out
+
+
 def test_training_key_may_be_swept_when_allowed(tmp_path):
     spec = derived_spec(tmp_path, grid={"training.steps": [10, 20]}, allow_grid_keys=["training.steps"], overrides={})
     plan = expand(spec, load_spec(spec))
