@@ -9,6 +9,7 @@ log2 LR is flat in log2 depth (slope ~ 0, small drift) and the regret stays ~ 0.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -27,6 +28,19 @@ DEFAULT_SLOPE_TOLERANCE = 0.1
 VERDICTS: tuple[str, ...] = ("consistent with transfer", "does not transfer", "inconclusive")
 _MAX_IDS_SHOWN = 4
 _ARM_COLUMNS = ("preset", *PARAMETRIZATION_KEYS)  # the family columns that say which parametrization it is
+
+
+def curve_rng(seed: int, family: Family, fraction: float, *more: int) -> np.random.Generator:
+    """The RNG of one family's draws at one fraction, keyed on what identifies that curve, not
+    on its position among the families or fractions analysed: ``seed``, ``more`` (which draws:
+    e.g. a target depth), the CRC-32 of the family's sorted non-empty column=value pairs (UTF-8;
+    an empty value, e.g. the alpha of a fixed preset in a sweep with a custom arm, is left out
+    as the label leaves it out) and the fraction in millionths. So a family's intervals are the
+    same whatever other families the table holds or ``--presets``/``--where`` keep, and in
+    whatever order its rows come (docs/eval.md, "Bootstrap CIs"); stable across processes and
+    platforms (never Python's salted ``hash``)."""
+    ident = "\n".join(f"{name}={value}" for name, value in sorted(family.keys) if value != "")
+    return np.random.default_rng([seed, *more, zlib.crc32(ident.encode("utf-8")), round(fraction * 1e6)])
 
 
 class AnalysisInputError(ValueError):
@@ -402,9 +416,9 @@ def analyze(
             Note("", f"{curveset.n_pending_runs} of {curveset.n_runs} runs are pending and were ignored ({ids})")
         )
     results: list[FractionResult] = []
-    for fi, family in enumerate(families):
-        for ki, fraction in enumerate(chosen):
-            rng = np.random.default_rng([boot_seed, fi, ki])
+    for family in families:
+        for fraction in chosen:
+            rng = curve_rng(boot_seed, family, fraction)
             result, fam_notes = _analyze_family_fraction(
                 family, fraction, curveset, base_depth, window, n_boot, rng, seed_model
             )
@@ -844,16 +858,18 @@ class DepthPrediction:
         return text
 
 
-def predict_at_depths(analysis: TransferAnalysis, depths: list[int], seed: int = 0) -> list[DepthPrediction]:
-    """One prediction per family x fraction x target depth (``eval transfer --target-depth``)."""
+def predict_at_depths(analysis: TransferAnalysis, depths: list[int], seed: int | None = None) -> list[DepthPrediction]:
+    """One prediction per family x fraction x target depth (``eval transfer --target-depth``);
+    ``seed`` defaults to the analysis's ``--bootstrap-seed``."""
+    if seed is None:
+        seed = analysis.settings.get("bootstrap_seed", 0)
     bad = [d for d in depths if d < 1]
     if bad:
         raise AnalysisInputError(f"--target-depth must be >= 1, got {bad}")
     out = []
-    for fi, r in enumerate(analysis.results):
-        rng = np.random.default_rng([seed, 7919, fi])
-        for depth in depths:
-            out.append(_predict(r, depth, rng))
+    for r in analysis.results:
+        for depth in depths:  # one RNG per target depth: a prediction does not depend on the other depths asked for
+            out.append(_predict(r, depth, curve_rng(seed, r.family, r.fraction, 7919, depth)))
     return out
 
 

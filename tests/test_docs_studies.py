@@ -99,11 +99,17 @@ SUMMARY_STUDIES = {
 }
 
 
+# how far a bootstrap interval's ends move with the RNG's draws alone (README, "What these numbers do not
+# support": --bootstrap-seed 0..4 moved slope CI ends by up to 0.038 and optimum CI ends by up to 0.26 octave)
+MC_HALFWIDTH, MC_WIDTH = 0.04, 2 * 0.26
+
+
 @pytest.mark.parametrize("study", SUMMARY_STUDIES)
-def test_the_committed_summary_goal_table_is_recomputed_from_the_committed_results(study):
-    # the goal table of docs/studies/<study>/demo_summary.md, as the study's analysis
-    # (study.analysis.analyse) checks the study file's goals on its committed results.csv
-    from eval.goals import check_goals, goal_table
+def test_the_committed_summary_goal_table_is_the_run_time_record_the_recomputation_agrees_with(study):
+    # the goal table of docs/studies/<study>/demo_summary.md is what the study printed when it stopped (its
+    # planner's bootstrap draws); the study's analysis (study.analysis.analyse) on the committed results.csv
+    # checks the same goals, meets the same ones, and its achieved widths differ only by Monte Carlo error
+    from eval.goals import check_goals, goal_table, met_text
     from study.spec import load_study
 
     name, variants = SUMMARY_STUDIES[study]
@@ -115,11 +121,18 @@ def test_the_committed_summary_goal_table_is_recomputed_from_the_committed_resul
     summary = (ROOT / "docs" / "studies" / study / "demo_summary.md").read_text()
     met = sum(c["met"] for c in checks)
     assert f"Goals ({met} of {len(checks)} met;" in summary
+    recorded = {}  # (goal, family, fraction, target) -> [achieved, met], as the study printed them
+    for line in summary.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0].split(" ")[0] in s.goals:
+            recorded[tuple(cells[:4])] = cells[4:]
     _, rows = goal_table(checks)
-    lines = summary.splitlines()
-    for cells in rows:
-        line = "| " + " | ".join(cells) + " |"
-        assert line in lines, f"{study}/demo_summary.md lacks the recomputed goal row:\n{line}"
+    assert len(recorded) == len(rows) == len(checks)
+    for cells, check in zip(rows, checks):
+        achieved, met_cell = recorded[tuple(cells[:4])]
+        assert met_cell == met_text(check), f"{study}: {cells[:4]} recorded {met_cell}, recomputed {met_text(check)}"
+        tol = MC_HALFWIDTH if check["goal"] == "slope_ci_halfwidth" else MC_WIDTH
+        assert abs(float(achieved.split(" ")[0]) - check["achieved"]) <= tol, (study, cells, achieved)
 
 
 FIRST_VERSIONS = "f770698"  # the commit holding the studies' first versions (run before the open-interval rule)
@@ -187,10 +200,13 @@ def test_the_h100_depth_mup_end_slope_rests_on_intervals_cut_on_both_sides_as_th
     sweep = share_base_depth(read_results(ROOT / "docs" / "studies" / "gpu_h100" / "results.csv"), "sp")
     rows = headline_rows(analyze(sweep, window=1, n_boot=1000, boot_seed=0))
     row = next(r for r in rows if r["family"] == "depth_mup" and r["fraction"] == 1.0)
-    assert row["verdict"] == "does not transfer" and 0 < row["slope_ci"][0] < 0.02
-    assert sorted(row["marks"]["slope"]["cut"]) == ["L=16 high", "L=16 low", "L=32 high", "L=32 low"]
+    assert row["verdict"] == "does not transfer" and row["slope_ci"][0] > 0
+    assert sorted(row["marks"]["slope"]["cut"]) == ["L=16 high", "L=16 low", "L=32 high", "L=32 low", "L=8 low"]
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "rests on L=16 and L=32 optima whose intervals the LRs tried cut on both sides (‡)" in readme
+    assert (
+        f"CI barely excludes 0 (+{row['slope_ci'][0]:.3f}), and it rests on L=16 and L=32 optima whose intervals"
+        " the LRs tried cut on both sides (‡), and on L=8's, cut at its lower end" in readme
+    )
 
 
 @pytest.mark.slow
