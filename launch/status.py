@@ -26,7 +26,7 @@ from launch import attempts
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
-from runconfig import flatten
+from runconfig import flatten, load_yaml
 from rundir.contract import (
     CANONICAL_KEYS,
     CONFIG_FILE,
@@ -119,7 +119,7 @@ def _cell(value: Any) -> str:
 def _run_config(rd: Path, run: PlannedRun) -> dict[str, Any]:
     """The expansion-time values, overlaid with the run's own resolved ``config.yaml`` if any."""
     try:
-        written = yaml.safe_load((rd / CONFIG_FILE).read_text())
+        written = load_yaml((rd / CONFIG_FILE).read_text())
     except (OSError, yaml.YAMLError):
         written = None
     return {**run.resolved, **(flatten(written) if isinstance(written, dict) else {})}

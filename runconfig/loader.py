@@ -139,6 +139,17 @@ def parse_overrides(overrides: Sequence[str]) -> DictConfig:
         raise ConfigError(f"overrides: {_describe(exc)}") from exc
 
 
+# libyaml's parser where PyYAML was built with it (the same SafeConstructor and resolvers, so the
+# same values), about 15x faster than the pure-Python one: ``status`` parses every run's config.yaml.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)`` with libyaml's parser when there is one; the one YAML reader of the
+    config files and sweep files the toolkit reads in bulk (raises ``yaml.YAMLError`` like it)."""
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
+
+
 def load_config(
     schema: type[T],
     path: str | os.PathLike | None = None,
@@ -153,7 +164,7 @@ def load_config(
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = load_yaml(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
