@@ -23,7 +23,7 @@ from omegaconf import MISSING
 from jobscripts.scripts import SlurmOptions
 from launch.commands import TrainerSpec, format_override, trainer_command
 from launch.errors import LaunchError
-from launch.run_configs import flat_config, load_run_config
+from launch.run_configs import RunConfigs, flat_config
 from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
@@ -172,9 +172,9 @@ def _check_keys(where: str, fixed: Mapping[str, Any], grid: Mapping[str, Any], a
                 )
 
 
-def _typed_value(base: Path, fixed: list[str], key: str, value: Any, where: str) -> Any:
+def _typed_value(base: RunConfigs, fixed: list[str], key: str, value: Any, where: str) -> Any:
     """``value`` as the schema stores it (``'1e-3'`` -> 0.001, ``completep`` -> ``ode``)."""
-    flat = flat_config(load_run_config(base, [*fixed, format_override(key, value)], where=where))
+    flat = flat_config(base.load([*fixed, format_override(key, value)], where=where))
     if key not in flat:
         raise LaunchError(f"{where}'{key}' is a section, not a single setting; name its keys one by one")
     return flat[key]
@@ -197,7 +197,8 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     _check_keys(where, raw_fixed, member_keys, spec.allow_grid_keys)
 
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
-    base_flat = flat_config(load_run_config(base, fixed_args, where=f"{where}: overrides: "))
+    configs = RunConfigs(base, where=f"{where}: overrides: ")  # the base file read and merged once
+    base_flat = flat_config(configs.load(fixed_args, where=f"{where}: overrides: "))
     for key in raw_fixed:
         if key not in base_flat:
             raise LaunchError(f"{where}: overrides: '{key}' is a section, not a single setting")
@@ -211,7 +212,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         raw_rows = linked_rows(keys, raw, where) if len(keys) > 1 else [(v,) for v in grid_values(key, raw, where)]
         for raw_row in raw_rows:
             row = tuple(
-                _typed_value(base, fixed_args, k, v, f"{where}: grid entry '{key}' value {v!r}: ")
+                _typed_value(configs, fixed_args, k, v, f"{where}: grid entry '{key}' value {v!r}: ")
                 for k, v in zip(keys, raw_row)
             )
             if row in rows:
@@ -233,7 +234,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     seen: dict[str, dict[str, Any]] = {}
     for point in points:
         point_args = [format_override(k, v) for k, v in point.items()]
-        cfg = load_run_config(base, [*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
+        cfg = configs.load([*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
         try:  # each run is one trainer over executor.gpus_per_run GPUs (one process on CPU)
             validate_layout(cfg, max(1, spec.executor.gpus_per_run))
         except ValueError as exc:

@@ -8,6 +8,7 @@ directory and exit codes are :mod:`rundir`'s; atomic writes and job scripts :mod
 from typing import Any
 
 from runconfig.loader import (
+    ConfigBuilder,
     ConfigError,
     OverridesParser,
     changed_keys,
@@ -22,6 +23,7 @@ from runconfig.loader import (
 )
 
 __all__ = [
+    "ConfigBuilder",
     "ConfigError",
     "OverridesParser",
     "changed_keys",
