@@ -6,6 +6,10 @@ Run directories are written through the toolkit's own writers (``runconfig.dump_
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ from launch.sweep_dir import read_plan, run_dir, write_plan
 from launch.sweep_spec import expand, load_spec
 from runconfig import dump_yaml, load_config
 from runconfig.schema import RunConfig
-from tests.launch_fixtures.helpers import derived_spec, read_csv, use_fake_trainer
+from tests.launch_fixtures.helpers import derived_spec, read_csv, stub_bin, use_fake_trainer
 
 GRID = {"model.num_layers": [2, 4], "optimizer.lr": {"log2_range": [-10, -6, 1]}}
 
@@ -94,3 +98,54 @@ def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
         "parallel.pipeline_model_parallel_size: 2 does not divide model.num_layers=3"
     )
     assert str(refused.value).endswith(str(alone.value))
+
+
+SBATCH_COUNTING = """n=$(( $(cat "$DUMP_DIR/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$DUMP_DIR/n"
+if [ -n "$FAIL_AT" ] && [ "$n" = "$FAIL_AT" ]; then echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; fi
+echo "$@" >> "$DUMP_DIR/sbatch.txt"; echo "$((700 + n));cluster\""""
+
+
+def test_slurm_sweep_over_max_array_size_is_split_into_chained_arrays(tmp_path, monkeypatch, capsys):
+    # A sweep needing more array tasks than the cluster's MaxArraySize (1001 by default) was
+    # refused ("split the grid into several sweep specs"), which splits its results.csv too. Now
+    # it goes in several arrays, each starting after the one before ends, so that at most
+    # max_parallel tasks run at a time. MaxArraySize 4 here (scontrol's answer), 10 runs.
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    stubs = {"sbatch": SBATCH_COUNTING, "squeue": "true", "scontrol": 'echo "MaxArraySize            = 4"'}
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
+    monkeypatch.setenv("DUMP_DIR", str(dump))
+    spec, sweep_dir = _sweep(tmp_path)
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--executor", "slurm", "--max-parallel", "2"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "10 runs need 10 array tasks, more than MaxArraySize (4): submitting 3 arrays" in err
+    folders = sorted((sweep_dir / "slurm").iterdir())
+    assert [f.name[-4:] for f in folders] == ["1of3", "2of3", "3of3"]
+    lists = [(f / "runs.txt").read_text().split() for f in folders]
+    assert [len(x) for x in lists] == [4, 4, 2]
+    assert sum(lists, []) == [r.run_id for r in read_plan(sweep_dir).runs]
+    arrays = [re.search(r"#SBATCH --array=(\S+)", (f / "array.sbatch").read_text()).group(1) for f in folders]
+    assert arrays == ["0-3%2", "0-3%2", "0-1%2"]
+    calls = (dump / "sbatch.txt").read_text().splitlines()
+    assert ["--dependency=afterany:701" in calls[1], "--dependency=afterany:702" in calls[2]] == [True, True]
+    assert "--dependency" not in calls[0]
+    assert [json.loads((f / "job.json").read_text())["job_id"] for f in folders] == ["701", "702", "703"]
+    assert "submitted array job 702: 4 runs, at most 2 tasks at a time, after job 701 ends" in out
+
+    # sbatch refusing the second array: the first stays submitted, the command says so and fails.
+    monkeypatch.setenv("FAIL_AT", "5")
+    shutil.rmtree(sweep_dir / "slurm")
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "QOSMaxSubmitJobPerUserLimit" in err and "arrays 1-1 of 3 were submitted; run this again" in err
+    assert len([f for f in (sweep_dir / "slurm").iterdir() if (f / "job.json").is_file()]) == 1
+
+
+def test_max_array_size_falls_back_to_slurms_default(tmp_path, monkeypatch):
+    from launch.executor_slurm import MAX_ARRAY_SIZE, max_array_size
+
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, {'scontrol': 'exit 1'})}:{os.environ['PATH']}")
+    assert max_array_size() == MAX_ARRAY_SIZE == 1001
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert max_array_size() == 1001
