@@ -173,6 +173,8 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
     print_report(sweep_dir, plan, states, sys.stdout)
     print(f"wrote {path} ({rows} rows)")
     selected = {run.run_id for run in select_runs(plan, only)}
+    if execution.disk_full:
+        print(f"stopped: disk full ({execution.disk_full}); free space and rerun the same command")
     if execution.interrupted:
         return ExitCode.RESUMABLE
     return exit_code(count_states({rid: s for rid, s in states.items() if rid in selected}))
@@ -258,6 +260,14 @@ def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
     except (LaunchError, ScriptError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    except OSError as exc:
+        from launch.outcomes import DISK_FULL_ERRNOS
+
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        print(f"error: disk full: {exc}. Completed runs are kept (their summary.json); free space "
+              "(docs/launch.md, \"Disk use\") and rerun the same command to go on", file=sys.stderr)  # fmt: skip
+        return ExitCode.RESUMABLE
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Run directories are written through the toolkit's own writers (``runconfig.dump_
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launch import attempts
 from launch.__main__ import main
 from launch.errors import LaunchError
 from launch.run_configs import load_run_config
@@ -149,3 +151,56 @@ def test_max_array_size_falls_back_to_slurms_default(tmp_path, monkeypatch):
     assert max_array_size() == MAX_ARRAY_SIZE == 1001
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert max_array_size() == 1001
+
+
+def _attempts(sweep_dir: Path) -> dict[str, list[tuple]]:
+    return {
+        run.run_id: [(a.outcome, a.exit_code) for a in attempts.read(run_dir(sweep_dir, run.run_id)).attempts]
+        for run in read_plan(sweep_dir).runs
+    }
+
+
+def test_trainer_failing_on_a_full_disk_stops_the_sweep_without_using_retries(tmp_path, monkeypatch, capsys):
+    # A quota that fills mid-sweep made every trainer fail (exit 1): each run used up its
+    # retries within seconds and the sweep went on to fail the next ones, ending "gave up" for
+    # all of them. Now the first such failure stops the sweep (exit 75), its attempt does not
+    # count, and a rerun once there is space finishes every run.
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    monkeypatch.setenv("FAKE_FAIL_MATCH", "lr0.002")
+    monkeypatch.setenv("FAKE_FAIL_TIMES", "1")
+    monkeypatch.setenv("FAKE_FAIL_REASON", "OSError: [Errno 122] Disk quota exceeded: 'checkpoints/step_00000002'")
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress", "--max-parallel", "1"]
+    assert main(args) == 75
+    captured = capsys.readouterr()
+    assert "lr0.002-" in captured.err and "Disk quota exceeded" in captured.err
+    assert "no new runs are started" in captured.err and "stopped: disk full" in captured.out
+    (first, second, third) = _attempts(sweep_dir).values()
+    assert first == [("completed", 0)] and second == [("interrupted", 1)] and third == []
+    assert main(args) == 0
+    assert [len(a) for a in _attempts(sweep_dir).values()] == [1, 2, 1]
+    assert "completed  3" in capsys.readouterr().out
+
+
+def test_full_disk_in_launchs_own_bookkeeping_stops_cleanly(tmp_path, monkeypatch, capsys):
+    # launch could not write a run's attempts.json (ENOSPC) and died with a traceback, its
+    # trainers killed by their parent-death signal. Now it stops starting runs, stops the running
+    # ones and exits 75 with the reason. The trainer whose attempt could not be closed had
+    # finished: its summary.json is the run's record, so the rerun leaves it alone.
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    real_finish = attempts.finish
+
+    def finish(rd, *args, **kwargs):
+        if "lr0.002" in rd.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_finish(rd, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "finish", finish)
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress", "--max-parallel", "1"]
+    assert main(args) == 75
+    assert "disk full ([Errno 28] No space left on device)" in capsys.readouterr().err
+    (first, second, third) = _attempts(sweep_dir).values()
+    assert first == [("completed", 0)] and second == [(None, None)] and third == []
+    monkeypatch.setattr(attempts, "finish", real_finish)
+    assert main(args) == 0
+    assert [len(a) for a in _attempts(sweep_dir).values()] == [1, 1, 1]
+    assert "completed  3" in capsys.readouterr().out
