@@ -7,10 +7,13 @@ Run directories are written through the toolkit's own writers (``runconfig.dump_
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,7 @@ from launch.sweep_dir import read_plan, run_dir, write_plan
 from launch.sweep_spec import expand, load_spec
 from runconfig import dump_yaml, load_config
 from runconfig.schema import RunConfig
-from tests.launch_fixtures.helpers import derived_spec, read_csv, stub_bin, use_fake_trainer
+from tests.launch_fixtures.helpers import REPO, derived_spec, env_with, read_csv, stub_bin, use_fake_trainer
 
 GRID = {"model.num_layers": [2, 4], "optimizer.lr": {"log2_range": [-10, -6, 1]}}
 
@@ -204,3 +207,42 @@ def test_full_disk_in_launchs_own_bookkeeping_stops_cleanly(tmp_path, monkeypatc
     assert main(args) == 0
     assert [len(a) for a in _attempts(sweep_dir).values()] == [1, 1, 1]
     assert "completed  3" in capsys.readouterr().out
+
+
+def test_array_task_does_not_queue_behind_another_results_writer(tmp_path, monkeypatch, capsys):
+    # Each array task (`launch run SWEEP --only ID`) rebuilt results.csv for the whole sweep
+    # while holding results.lock, waiting its turn: at 2000 runs a build took ~13 s, so tasks
+    # ending together queued for minutes holding their allocation. Now a task that finds the
+    # lock held marks the file stale and ends; the holder writes it again with the new state.
+    from launch import status
+
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    ids = [r.run_id for r in read_plan(sweep_dir).runs]
+    with open(sweep_dir / "results.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another writer (a slow status, another task)
+        argv = [sys.executable, "-m", "launch", "run", str(sweep_dir), "--only", ids[0], "--no-progress"]
+        try:
+            task = subprocess.run(argv, cwd=REPO, env=env_with(), capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the array task waited for results.lock")
+        assert task.returncode == 0, task.stderr[-2000:]
+        assert (sweep_dir / "results.stale").exists() and not (sweep_dir / "results.csv").exists()
+    assert "results.csv: left to the process writing it now" in task.stdout
+
+    # A writer that finds the marker again after writing (a task turned away while it read the
+    # states) writes once more; the file then holds every state.
+    reads = []
+    collect = status.collect_states
+
+    def collect_and_turn_one_away(*args, **kwargs):
+        reads.append(1)
+        if len(reads) == 1:
+            (sweep_dir / "results.stale").touch()
+        return collect(*args, **kwargs)
+
+    monkeypatch.setattr(status, "collect_states", collect_and_turn_one_away)
+    assert main(["run", str(sweep_dir), "--only", ids[1], "--no-progress"]) == 0
+    assert len(reads) == 2 and not (sweep_dir / "results.stale").exists()
+    rows = read_csv(sweep_dir / "results.csv")
+    assert {r["run_id"]: r["status"] for r in rows} == {ids[0]: "completed", ids[1]: "completed", ids[2]: "pending"}
