@@ -119,9 +119,13 @@ def main() -> int:
         walls: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(args.reads):  # alternating, so load drift on a shared machine hits both
             for python_yaml in (False, True) if args.compare_python_yaml else (False,):
-                wall, rss, out = time_status(sweep_dir, python_yaml)
+                wall, rss_read, out_read = time_status(sweep_dir, python_yaml)
                 walls[python_yaml].append(wall)
-                print(f"status{' (pure-Python YAML)' if python_yaml else ''}: {wall:.2f} s, peak RSS {rss:.0f} MiB")
+                if not python_yaml:
+                    rss, out = rss_read, out_read
+                print(
+                    f"status{' (pure-Python YAML)' if python_yaml else ''}: {wall:.2f} s, peak RSS {rss_read:.0f} MiB"
+                )
         print(out.strip().splitlines()[-1])
         result = {"runs": args.runs, "status_wall_s": round(min(walls[False]), 3), "peak_rss_mib": round(rss, 1)}
         if args.compare_python_yaml:
