@@ -158,7 +158,8 @@ def _check_positive(name: str, value: Optional[int], low: int) -> None:
 
 def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: Optional[list[str]] = None) -> ExitCode:
     from launch.executor_local import execute, select_runs
-    from launch.status import count_states, exit_code, print_report, snapshot
+    from launch.status import collect_states, count_states, exit_code, print_report, snapshot
+    from rundir.contract import RESULTS_FILE
 
     execution = execute(
         sweep_dir,
@@ -169,10 +170,19 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
         progress=not args.no_progress,
         echo=sys.stdout.buffer if getattr(args, "echo_output", False) else None,
     )
-    states, path, rows = snapshot(sweep_dir, plan)
-    print_report(sweep_dir, plan, states, sys.stdout)
-    print(f"wrote {path} ({rows} rows)")
+    written = snapshot(sweep_dir, plan, wait=not only)  # --only (an array task): never queue for the file
+    if written is None:
+        states = collect_states(sweep_dir, plan)
+        print_report(sweep_dir, plan, states, sys.stdout)
+        print(f"{sweep_dir / RESULTS_FILE}: left to the process writing it now (results.stale tells it to "
+              "write it again with this run's state); `launch status` writes it fresh")  # fmt: skip
+    else:
+        states, path, rows = written
+        print_report(sweep_dir, plan, states, sys.stdout)
+        print(f"wrote {path} ({rows} rows)")
     selected = {run.run_id for run in select_runs(plan, only)}
+    if execution.disk_full:
+        print(f"stopped: disk full ({execution.disk_full}); free space and rerun the same command")
     if execution.interrupted:
         return ExitCode.RESUMABLE
     return exit_code(count_states({rid: s for rid, s in states.items() if rid in selected}))
@@ -233,7 +243,7 @@ def _cmd_status(args: argparse.Namespace) -> ExitCode:
     sweep_dir = Path(args.sweep_dir).resolve()
     plan = read_plan(sweep_dir)
     queue = queue_view(sweep_dir, plan)  # squeue: runs whose SLURM job ended are not running
-    states, path, rows = snapshot(sweep_dir, plan, queue.ended_jobs)
+    states, path, rows = snapshot(sweep_dir, plan, queue.ended_jobs)  # type: ignore[misc] # waits: never None
     print_report(sweep_dir, plan, states, sys.stdout, queue)
     print(f"wrote {path} ({rows} rows)")
     return exit_code(count_states(states))
@@ -258,6 +268,14 @@ def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
     except (LaunchError, ScriptError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    except OSError as exc:
+        from launch.outcomes import DISK_FULL_ERRNOS
+
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        print(f"error: disk full: {exc}. Completed runs are kept (their summary.json); free space "
+              "(docs/launch.md, \"Disk use\") and rerun the same command to go on", file=sys.stderr)  # fmt: skip
+        return ExitCode.RESUMABLE
 
 
 if __name__ == "__main__":

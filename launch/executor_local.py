@@ -32,7 +32,16 @@ from launch import attempts
 from launch.errors import LaunchError
 from launch.gpu_share import MemoryProbe, Mps, find_gpu, nvidia_smi_gpus, start_mps
 from launch.launchers import SHUTDOWN_TIMEOUT_ENV, Topology, grace_note, torchrun_command
-from launch.outcomes import MAX_PREEMPT_REQUEUES, NO_MEMORY, Outcome, out_of_memory, outcome_of
+from launch.outcomes import (
+    DISK_FULL_ERRNOS,
+    INTERRUPTED,
+    MAX_PREEMPT_REQUEUES,
+    NO_MEMORY,
+    Outcome,
+    disk_full,
+    out_of_memory,
+    outcome_of,
+)
 from launch.processes import forwarding_signals, start_child
 from launch.resources import Slot, make_slots
 from launch.run_state import run_state
@@ -55,7 +64,8 @@ class Execution:
     """What one executor invocation did (the runs' states are read from their directories)."""
 
     started: int = 0  # attempts started
-    interrupted: bool = False  # a signal stopped it; unfinished runs resume on rerun
+    interrupted: bool = False  # a signal (or a full disk) stopped it; unfinished runs resume on rerun
+    disk_full: str = ""  # what said the disk or quota was full, when that stopped it
 
 
 @dataclass
@@ -70,6 +80,16 @@ class _Active:
     started: float = 0.0  # time.time() at the start
     peers: int = 0  # the most other runs that shared its slot while it ran
     metrics_bytes: int = 0  # size of its metrics.jsonl at the start: it grows with the first logged step
+    log_start: int = 0  # where this attempt's part of log_path begins
+
+
+OUTPUT_TAIL_BYTES = 4096  # of a failed attempt's output, searched for a full disk's error
+
+
+def _last_line_with_marker(text: str) -> str:
+    """The last line of ``text`` that names a full disk (the OSError), else its last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in reversed(lines) if disk_full(ln)), lines[-1] if lines else "")
 
 
 def _size(path: Path) -> int:
@@ -154,12 +174,14 @@ class LocalExecutor:
     def run(self) -> Execution:
         try:
             with forwarding_signals(lambda: [a.proc for a in self.active]) as received:
-                while self.active or (self.todo and not received):
-                    while self.todo and not received:
+                while self.active or (self.todo and not (received or self.result.disk_full)):
+                    while self.todo and not (received or self.result.disk_full):
                         slot = self._pick_slot()
                         if slot is None:
                             break
-                        self._start(self.todo.popleft(), slot)
+                        run = self.todo.popleft()
+                        if not self._on_disk(self._start, run, slot):
+                            self.todo.appendleft(run)
                         if received:  # the signal came while this child was being started
                             self.active[-1].proc.terminate()
                     time.sleep(POLL_SECONDS)
@@ -167,13 +189,41 @@ class LocalExecutor:
                         self._copy_output(item)
                     for item in [a for a in self.active if a.proc.poll() is not None]:
                         self.active.remove(item)
-                        self._finish(item, stopping=bool(received))
+                        if not self._on_disk(self._finish, item, stopping=bool(received or self.result.disk_full)):
+                            item.log.close()  # its attempt stays open: the next one closes it as interrupted
         finally:
             if self.mps is not None:
                 self.mps.stop()
         self.bar.close()
-        self.result.interrupted = bool(received)
+        self.result.interrupted = bool(received or self.result.disk_full)
         return self.result
+
+    def _on_disk(self, step: Callable[..., None], *args: object, **kwargs: object) -> bool:
+        """Run ``step`` (a start or a finish, which write run files); False when the disk or quota
+        was full, which stops the sweep (:meth:`_stop_for_disk`)."""
+        try:
+            step(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            self._stop_for_disk(str(exc))
+            return False
+        return True
+
+    def _stop_for_disk(self, what: str) -> None:
+        """The disk or quota is full: every run started now would fail too and use up its retries,
+        so nothing new starts and the running trainers are stopped (SIGTERM: each saves what it
+        can and exits); their runs stay pending and resume on a rerun once there is space."""
+        if self.result.disk_full:
+            return
+        self.result.disk_full = what
+        self._note(
+            f"disk full ({what}): no new runs are started and the {len(self.active)} running are stopped; "
+            'completed runs are kept. Free space (docs/launch.md, "Disk use") and rerun the same command: '
+            "unfinished runs resume from their last checkpoint, and these attempts do not count against max_retries"
+        )
+        for item in self.active:
+            item.proc.terminate()
 
     def _note(self, text: str) -> None:
         self.bar.write(f"[launch] {text}", file=sys.stderr)
@@ -283,8 +333,16 @@ class LocalExecutor:
         for other in peers:
             other.peers = max(other.peers, len(peers))
         started = time.time()
-        attempt = attempts.begin(rd, proc.pid)
-        self.active.append(_Active(run, slot, proc, attempt, log, log_path, echoed, started, len(peers), metrics_bytes))
+        try:
+            attempt = attempts.begin(rd, proc.pid)
+        except OSError:  # a trainer nothing records must not run on: stop it before the error goes up
+            proc.terminate()
+            proc.wait()
+            log.close()
+            raise
+        self.active.append(
+            _Active(run, slot, proc, attempt, log, log_path, echoed, started, len(peers), metrics_bytes, echoed)
+        )
         self.result.started += 1
 
     def _copy_output(self, item: _Active) -> None:
@@ -326,6 +384,8 @@ class LocalExecutor:
         other runs shared the GPU is the packing's doing, not the run's (its slot then takes
         as many runs as it held beside the crashed one, at least one)."""
         outcome = outcome_of(code, stopping=stopping)
+        if outcome.status == Status.FAILED and self._ran_out_of_disk(item):
+            return INTERRUPTED
         if outcome.status != Status.FAILED or code != ExitCode.FAILED or not item.slot.gpus or not item.peers:
             return outcome
         summary = self._fresh_summary(item)
@@ -338,6 +398,23 @@ class LocalExecutor:
             f"(GPU {','.join(item.slot.gpus)}): at most {self.capacity[index]} at a time there from now on"
         )
         return NO_MEMORY
+
+    def _ran_out_of_disk(self, item: _Active) -> bool:
+        """The failed attempt's summary reason, or the end of its output, says the disk or quota
+        was full (then the sweep stops: :meth:`_stop_for_disk`)."""
+        summary = self._fresh_summary(item)
+        reason = summary.reason if summary is not None else None
+        if not disk_full(reason):
+            try:
+                with open(item.log_path, "rb") as fh:
+                    fh.seek(max(item.log_start, fh.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
+                    reason = fh.read().decode("utf-8", "replace")
+            except OSError:
+                return False
+            if not disk_full(reason):
+                return False
+        self._stop_for_disk(f"{item.run.run_id}: {_last_line_with_marker(reason)}")
+        return True
 
     def _finish(self, item: _Active, stopping: bool) -> None:
         self._copy_output(item)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -33,7 +35,17 @@ SUBMISSIONS_DIR = "slurm"
 LIST_FILE = "runs.txt"
 SCRIPT_FILE = "array.sbatch"
 JOB_FILE = "job.json"
-MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize: larger arrays are refused by sbatch
+MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize (task ids 0..1000): larger arrays are refused by sbatch
+
+
+def max_array_size() -> int:
+    """The cluster's ``MaxArraySize`` (``scontrol show config``), else SLURM's default."""
+    try:
+        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return MAX_ARRAY_SIZE
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout, re.MULTILINE)
+    return int(match.group(1)) if done.returncode == 0 and match and int(match.group(1)) > 0 else MAX_ARRAY_SIZE
 
 
 def array_script(plan: SweepPlan, sweep_dir: Path, list_file: Path, count: int, max_parallel: int, cwd: Path) -> str:
@@ -171,38 +183,70 @@ def submit_array(
     if held:
         print(f"[launch] sweep {plan.name}: skipped {len(needed) - len(pending)} runs of live array job "
               f"{', '.join(held)} (squeue)", file=sys.stderr)  # fmt: skip
-    tasks = array_tasks(len(pending), plan.executor.runs_per_gpu)
-    if tasks > MAX_ARRAY_SIZE:
-        raise LaunchError(
-            f"sweep {plan.name}: {tasks} array tasks exceed SLURM's default MaxArraySize ({MAX_ARRAY_SIZE}); "
-            "split the grid into several sweep specs"
-        )
-    folder = sweep_dir / SUBMISSIONS_DIR / dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    list_file, script_file = folder / LIST_FILE, folder / SCRIPT_FILE
-    script = array_script(plan, sweep_dir, list_file, tasks, max_parallel, cwd)
+    per = plan.executor.runs_per_gpu
+    # One array holds at most MaxArraySize tasks: more runs go in several arrays, each waiting for
+    # the one before it to end (afterany), so no more than max_parallel tasks run at a time.
+    per_array = max_array_size() * per
+    chunks = [pending[i : i + per_array] for i in range(0, len(pending), per_array)]
+    if len(chunks) > 1:
+        print(f"[launch] sweep {plan.name}: {len(pending)} runs need {array_tasks(len(pending), per)} array tasks, "
+              f"more than MaxArraySize ({per_array // per}): submitting {len(chunks)} arrays, each after the one "
+              "before it ends", file=sys.stderr)  # fmt: skip
     if note := cpu_request_note(SlurmOptions(**plan.slurm), plan.executor.gpus_per_run):
         print(f"[launch] warning: {note}", file=sys.stderr)
-    listing = "".join(f"{rid}\n" for rid in pending)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    previous: Optional[str] = None
+    for k, chunk in enumerate(chunks):
+        folder = sweep_dir / SUBMISSIONS_DIR / (stamp if len(chunks) == 1 else f"{stamp}-{k + 1}of{len(chunks)}")
+        code, previous = _submit_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, dry_run, previous)
+        if code:
+            if k:
+                print(f"[launch] arrays 1-{k} of {len(chunks)} were submitted; run this again to submit the "
+                      "rest", file=sys.stderr)  # fmt: skip
+            return code
+    return ExitCode.OK
+
+
+def _submit_one(
+    plan: SweepPlan,
+    sweep_dir: Path,
+    folder: Path,
+    runs: list[str],
+    max_parallel: int,
+    cwd: Path,
+    dry_run: bool,
+    after: Optional[str],
+) -> tuple[ExitCode, Optional[str]]:
+    """Write ``folder``'s runs.txt and array.sbatch for ``runs`` and submit it (after job ``after``
+    ends, when given); the exit code and the array's job id."""
+    tasks = array_tasks(len(runs), plan.executor.runs_per_gpu)
+    list_file, script_file = folder / LIST_FILE, folder / SCRIPT_FILE
+    script = array_script(plan, sweep_dir, list_file, tasks, max_parallel, cwd)
+    listing = "".join(f"{rid}\n" for rid in runs)
+    dependency = [f"--dependency=afterany:{after}"] if after else []
     if dry_run:
         sys.stdout.write(script)
-        print(f"[launch] dry run: would write {script_file} and {list_file}:\n{listing}", file=sys.stderr, end="")
-        return ExitCode.OK
+        print(f"[launch] dry run: would write {script_file} and {list_file}{' '.join(['', *dependency])}:\n"
+              f"{listing}", file=sys.stderr, end="")  # fmt: skip
+        return ExitCode.OK, f"<array {folder.name}>"
     atomic_write_text(list_file, listing)
     atomic_write_text(script_file, script)
     output = str(folder).replace("%", "%%") + "/%A_%a.out"
     try:
-        job_id = sbatch.submit(script_file, output)
+        job_id = sbatch.submit(script_file, output, dependency)
     except sbatch.SubmitError as exc:
         print(f"[launch] {exc}", file=sys.stderr)
-        return ExitCode.FAILED
-    record = {"job_id": job_id, "runs": len(pending), "max_parallel": max_parallel, "submitted_at": _now()}
+        return ExitCode.FAILED, None
+    record = {"job_id": job_id, "runs": len(runs), "max_parallel": max_parallel, "submitted_at": _now()}
+    if after:
+        record["after"] = after
     atomic_write_text(folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
     per = plan.executor.runs_per_gpu
     packing = f", {per} runs per task" if per > 1 else ""
-    print(
-        f"submitted array job {job_id}: {len(pending)} runs{packing}, at most {max_parallel} tasks at a time ({folder})"
-    )
-    return ExitCode.OK
+    waits = f", after job {after} ends" if after else ""
+    print(f"submitted array job {job_id}: {len(runs)} runs{packing}, at most {max_parallel} tasks at a time{waits} "
+          f"({folder})")  # fmt: skip
+    return ExitCode.OK, job_id
 
 
 def _now() -> str:

@@ -9,6 +9,7 @@ the same invocation (a preemption is requeued unless launch itself is shutting d
 
 from __future__ import annotations
 
+import errno
 import signal
 from dataclasses import dataclass
 from typing import Optional
@@ -58,6 +59,10 @@ NO_MEMORY = POLICY[Status.NO_MEMORY]
 # What a failed run's summary.json reason says when the GPU had no memory left for it.
 OUT_OF_MEMORY_MARKERS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
+# What an OSError says when the file system (or the user's quota) is full: errno ENOSPC, EDQUOT.
+DISK_FULL_MARKERS = ("No space left on device", "Disk quota exceeded")
+DISK_FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
+
 # Return codes of a trainer killed by the signals launch forwards when it is stopped.
 STOP_RETURN_CODES = frozenset(-int(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
 
@@ -85,3 +90,9 @@ def counts_as_failure(outcome_name: str) -> bool:
 def out_of_memory(reason: Optional[str]) -> bool:
     """A failed run's ``summary.json`` reason says it ran out of GPU memory."""
     return bool(reason) and any(marker in reason for marker in OUT_OF_MEMORY_MARKERS)  # type: ignore[operator]
+
+
+def disk_full(text: Optional[str]) -> bool:
+    """A failed run's reason (or the end of its output) says the disk or quota was full: the
+    run is not at fault and every retry would fail the same way until space is freed."""
+    return bool(text) and any(marker in text for marker in DISK_FULL_MARKERS)  # type: ignore[operator]

@@ -1,4 +1,5 @@
-"""Loading run configs for validation: ``runconfig.load_config(RunConfig, ...)`` plus the data check.
+"""Loading run configs for validation: ``runconfig.load_config(RunConfig, ...)`` plus the data check
+(:class:`RunConfigs`: many of them on one file).
 
 ``runconfig.schema`` is imported inside the function: it pulls in the parametrization
 package, which is heavy, and the commands that only run or summarize an expanded sweep
@@ -12,23 +13,39 @@ from pathlib import Path
 from typing import Any
 
 from launch.errors import LaunchError
-from runconfig import ConfigError, flatten, load_config, to_dict
+from runconfig import ConfigBuilder, ConfigError, flatten, to_dict
+
+
+class RunConfigs:
+    """:func:`load_run_config` for many override lists on one config file (a sweep's grid points):
+    the file is read and merged once (``runconfig.ConfigBuilder``); the same configs and errors."""
+
+    def __init__(self, path: str | Path, *, where: str = "") -> None:
+        from runconfig.schema import RunConfig
+
+        try:
+            self._builder = ConfigBuilder(RunConfig, path)
+        except ConfigError as exc:
+            raise LaunchError(f"{where}{exc}") from None
+
+    def load(self, overrides: Sequence[str] = (), *, where: str = "") -> Any:
+        """The validated ``RunConfig`` a trainer would build from the file and ``overrides``.
+
+        Raises :class:`LaunchError` whose message starts with ``where`` (e.g. the grid entry) and
+        then the loader's own, which names the file and the dotted key.
+        """
+        try:
+            cfg = self._builder.build(overrides)
+            cfg.check_data_source()
+        except (ConfigError, ValueError) as exc:
+            raise LaunchError(f"{where}{exc}") from None
+        return cfg
 
 
 def load_run_config(path: str | Path, overrides: Sequence[str] = (), *, where: str = "") -> Any:
-    """The validated ``RunConfig`` a trainer would build from ``path`` and ``overrides``.
-
-    Raises :class:`LaunchError` whose message starts with ``where`` (e.g. the grid entry) and
-    then the loader's own, which names the file and the dotted key.
-    """
-    from runconfig.schema import RunConfig
-
-    try:
-        cfg = load_config(RunConfig, path, overrides)
-        cfg.check_data_source()
-    except (ConfigError, ValueError) as exc:
-        raise LaunchError(f"{where}{exc}") from None
-    return cfg
+    """The validated ``RunConfig`` a trainer would build from ``path`` and ``overrides``
+    (:class:`LaunchError` starting with ``where`` when it is not)."""
+    return RunConfigs(path, where=where).load(overrides, where=where)
 
 
 def flat_config(cfg: Any) -> dict[str, Any]:

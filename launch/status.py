@@ -26,7 +26,7 @@ from launch import attempts
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
-from runconfig import flatten
+from runconfig import flatten, load_yaml
 from rundir.contract import (
     CANONICAL_KEYS,
     CONFIG_FILE,
@@ -119,7 +119,7 @@ def _cell(value: Any) -> str:
 def _run_config(rd: Path, run: PlannedRun) -> dict[str, Any]:
     """The expansion-time values, overlaid with the run's own resolved ``config.yaml`` if any."""
     try:
-        written = yaml.safe_load((rd / CONFIG_FILE).read_text())
+        written = load_yaml((rd / CONFIG_FILE).read_text())
     except (OSError, yaml.YAMLError):
         written = None
     return {**run.resolved, **(flatten(written) if isinstance(written, dict) else {})}
@@ -179,20 +179,43 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
     return table
 
 
+RESULTS_STALE = "results.stale"  # touched by a writer that found results.lock held: rewrite the file
+SNAPSHOT_ROUNDS = 3  # writes one waiting-free writer makes at most for others that found the lock held
+
+
 def snapshot(
-    sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = ()
-) -> tuple[dict[str, RunState], Path, int]:
+    sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = (), *, wait: bool = True
+) -> Optional[tuple[dict[str, RunState], Path, int]]:
     """Every run's state, and ``results.csv`` written from it, read while holding ``results.lock``.
 
     The array tasks of a sweep write the file at the same time; with the states read inside
     the lock each write is at least as new as the one before it (a state only moves on to
     final), so a slower task can never write a finished run back as running or pending.
+
+    ``wait=False`` (an array task, whose run just ended): where another process holds the lock,
+    touch ``results.stale`` and return None at once instead of queueing behind it. Building the
+    file reads every run's files (seconds for 2000 runs), so array tasks that each waited their
+    turn held their allocation in a queue that grew with the sweep. A writer removes the marker
+    before it reads the states and, when it finds it again after writing (someone was turned
+    away meanwhile, with a state it may have missed), writes once more, at most
+    ``SNAPSHOT_ROUNDS`` times in all; ``status`` always writes a fresh file.
     """
-    with open(sweep_dir / RESULTS_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        states = collect_states(sweep_dir, plan, ended_jobs)
-        path, rows = write_results(sweep_dir, plan, states)
-    return states, path, rows
+    result = None
+    for _ in range(SNAPSHOT_ROUNDS):
+        with open(sweep_dir / RESULTS_LOCK, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if wait and result is None else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if result is None:
+                    (sweep_dir / RESULTS_STALE).touch()
+                return result  # the holder removed the marker before reading: it sees what we saw
+            (sweep_dir / RESULTS_STALE).unlink(missing_ok=True)
+            states = collect_states(sweep_dir, plan, ended_jobs)
+            path, rows = write_results(sweep_dir, plan, states)
+            result = states, path, rows
+        if not (sweep_dir / RESULTS_STALE).exists():
+            break
+    return result
 
 
 def write_results(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> tuple[Path, int]:

@@ -14,6 +14,7 @@ import yaml
 from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from launch.sweep_plan import BASE_SNAPSHOT, SweepPlan
+from runconfig import load_yaml
 from rundir.contract import RUNS_DIR
 
 SWEEP_FILE = "sweep.yaml"
@@ -36,7 +37,7 @@ def check_base(sweep_dir: Path, plan: SweepPlan, *, allow_base_change: bool = Fa
     snapshot = sweep_dir / BASE_SNAPSHOT
     text = source.read_text()
     if snapshot.is_file() and not allow_base_change:
-        old, new = yaml.safe_load(snapshot.read_text()), yaml.safe_load(text)
+        old, new = load_yaml(snapshot.read_text()), load_yaml(text)
         if old != new:
             raise LaunchError(
                 f"{source} differs from the snapshot {snapshot} this sweep's runs were started with "
@@ -69,7 +70,7 @@ def read_plan(sweep_dir: Path) -> SweepPlan:
             f"{path} not found: expand the sweep first with `python -m launch sweep SPEC --sweep-dir DIR`"
         )
     try:
-        return SweepPlan.from_dict(yaml.safe_load(path.read_text()))
+        return SweepPlan.from_dict(load_yaml(path.read_text()))
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise LaunchError(f"{path}: not a sweep file written by launch ({exc})") from None
 

@@ -23,7 +23,7 @@ from omegaconf import MISSING
 from jobscripts.scripts import SlurmOptions
 from launch.commands import TrainerSpec, format_override, trainer_command
 from launch.errors import LaunchError
-from launch.run_configs import flat_config, load_run_config
+from launch.run_configs import RunConfigs, flat_config
 from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
@@ -182,12 +182,12 @@ def _check_keys(where: str, fixed: Mapping[str, Any], grid: Mapping[str, Any], a
                 )
 
 
-def _typed_row(base: Path, fixed: list[str], keys: tuple[str, ...], values: tuple[Any, ...], where: str) -> tuple:
+def _typed_row(base: RunConfigs, fixed: list[str], keys: tuple[str, ...], values: tuple[Any, ...], where: str) -> tuple:
     """``values`` of ``keys`` as the schema stores them (``'1e-3'`` -> 0.001, ``completep`` ->
     ``ode``), set together: the keys of a linked entry are one setting of the run (e.g.
     ``parametrization.preset=custom`` with its alpha and gamma, none valid without the others)."""
     args = [*fixed, *(format_override(k, v) for k, v in zip(keys, values))]
-    flat = flat_config(load_run_config(base, args, where=where))
+    flat = flat_config(base.load(args, where=where))
     for key in keys:
         if key not in flat:
             raise LaunchError(f"{where}'{key}' is a section, not a single setting; name its keys one by one")
@@ -211,7 +211,8 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     _check_keys(where, raw_fixed, member_keys, spec.allow_grid_keys)
 
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
-    base_flat = flat_config(load_run_config(base, fixed_args, where=f"{where}: overrides: "))
+    configs = RunConfigs(base, where=f"{where}: overrides: ")  # the base file read and merged once
+    base_flat = flat_config(configs.load(fixed_args, where=f"{where}: overrides: "))
     for key in raw_fixed:
         if key not in base_flat:
             raise LaunchError(f"{where}: overrides: '{key}' is a section, not a single setting")
@@ -226,7 +227,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         for raw_row in raw_rows:
             shown_raw = raw_row[0] if len(keys) == 1 else list(raw_row)
             row = _typed_row(
-                base, fixed_args, keys, tuple(raw_row), f"{where}: grid entry '{key}' value {shown_raw!r}: "
+                configs, fixed_args, keys, tuple(raw_row), f"{where}: grid entry '{key}' value {shown_raw!r}: "
             )
             if row in rows:
                 shown = row[0] if len(keys) == 1 else list(row)
@@ -247,7 +248,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     seen: dict[str, dict[str, Any]] = {}
     for point in points:
         point_args = [format_override(k, v) for k, v in point.items()]
-        cfg = load_run_config(base, [*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
+        cfg = configs.load([*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
         try:  # each run is one trainer over executor.gpus_per_run GPUs (one process on CPU)
             validate_layout(cfg, max(1, spec.executor.gpus_per_run))
         except ValueError as exc:

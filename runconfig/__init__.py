@@ -8,6 +8,7 @@ directory and exit codes are :mod:`rundir`'s; atomic writes and job scripts :mod
 from typing import Any
 
 from runconfig.loader import (
+    ConfigBuilder,
     ConfigError,
     OverridesParser,
     changed_keys,
@@ -15,12 +16,14 @@ from runconfig.loader import (
     dump_yaml,
     flatten,
     load_config,
+    load_yaml,
     override_hint,
     to_dict,
     unrecognized_message,
 )
 
 __all__ = [
+    "ConfigBuilder",
     "ConfigError",
     "OverridesParser",
     "changed_keys",
@@ -28,6 +31,7 @@ __all__ = [
     "dump_yaml",
     "flatten",
     "load_config",
+    "load_yaml",
     "override_hint",
     "to_dict",
     "unrecognized_message",

@@ -93,7 +93,8 @@ def test_sweep_rerun_skips_runs_of_a_live_array(tmp_path, capsys, stub_slurm):
 def test_results_are_written_from_states_read_under_the_results_lock(tmp_path):
     """A task's results.csv must not show a run as unfinished that finished before the write:
     the states are read while holding SWEEP_DIR/results.lock, so a writer that saw the run
-    finish writes after (or before) this one, never in between."""
+    finish writes after (or before) this one, never in between. (`launch run` without --only
+    waits for the lock; an array task's `--only` never waits: tests/test_sweep_scale.py.)"""
     spec = _spec(tmp_path)
     sweep_dir = tmp_path / "sw"
     write_plan(sweep_dir, expand(spec, load_spec(spec)))
@@ -104,7 +105,7 @@ def test_results_are_written_from_states_read_under_the_results_lock(tmp_path):
         fcntl.flock(run_lock, fcntl.LOCK_EX)  # `other` is running (another array task)
         fcntl.flock(results_lock, fcntl.LOCK_EX)  # ... and is about to write results.csv
         task = subprocess.Popen(
-            [sys.executable, "-m", "launch", "run", str(sweep_dir), "--only", mine, "--no-progress"],
+            [sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"],  # `other` is locked: not started
             cwd=REPO, env=env_with(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.time() + 60

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -331,3 +332,41 @@ def test_status_after_the_job_died_at_once_says_pending_and_a_rerun_finishes(slu
     slurm.wait_gone([job2], timeout=120)
     assert [a.outcome for a in attempts.read(rd).attempts] == ["interrupted", "completed"]
     assert _status_from_another_host(sweep_dir, env).returncode == 0
+
+
+# ----------------------------------------------------------------------------- (e) over MaxArraySize
+
+
+def test_sweep_over_max_array_size_runs_as_chained_arrays(slurm: Cluster, tmp_path, monkeypatch, capsys):
+    """More runs than MaxArraySize (scontrol's answer made 2 here; SLURM's default is 1001): two
+    arrays, the second held by --dependency=afterany on the first, every run trained once."""
+    real = shutil.which("scontrol")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [ "$1 $2" = "show config" ]; then {real} "$@" | sed "s/^MaxArraySize .*/MaxArraySize = 2/"; '
+        f'else exec {real} "$@"; fi\n'
+    )
+    (fake / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.05")
+    spec = derived_spec(
+        tmp_path,
+        grid={"optimizer.lr": [0.001, 0.002, 0.003]},
+        overrides={"training.steps": 8, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        train_cmd=FAKE_TRAIN_CMD,
+    )
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0
+    assert "more than MaxArraySize (2): submitting 2 arrays" in capsys.readouterr().err
+    (first, first_ids), (second, second_ids) = _arrays(sweep_dir)
+    assert len(first_ids) == 2 and len(second_ids) == 1
+    assert f"afterany:{first}" in slurm.job(second).get("Dependency", "")
+    slurm.wait_gone([first, second], timeout=240)
+    for rid in first_ids + second_ids:
+        assert len(starts(sweep_dir / "runs" / rid)) == 1
+    assert main(["status", str(sweep_dir)]) == 0
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0  # nothing left: exit 0, nothing submitted
+    assert len(_arrays(sweep_dir)) == 2

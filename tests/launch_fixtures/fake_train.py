@@ -13,6 +13,7 @@ Test knobs (environment):
   FAKE_DIVERGE_LR     optimizer.lr above this diverges at step 3 (default 0.01)
   FAKE_FAIL_MATCH     runs whose run.dir contains this text crash (exit 1) at step 2 ...
   FAKE_FAIL_TIMES     ... on their first N starts (default: always)
+  FAKE_FAIL_REASON    ... with this summary reason (default: RuntimeError: injected failure at step 2)
   FAKE_OOM_MATCH      runs whose run.dir contains this text fail at their first step with a CUDA
                       out-of-memory reason in summary.json (exit 1) ...
   FAKE_OOM_TIMES      ... on their first N starts (default 1)
@@ -230,7 +231,9 @@ def _train(cfg: RunConfig, run_dir: Path, force: bool) -> int:
             _save_checkpoint(run_dir, step, cfg.checkpoint.keep)
             return end(Status.PREEMPTED, f"preempted by signal {PREEMPT['signal']} at step {step}")
         if fail_match and fail_match in str(run_dir) and attempt <= fail_times and step == 2:
-            return end(Status.FAILED, f"RuntimeError: injected failure at step {step}")
+            return end(
+                Status.FAILED, os.environ.get("FAKE_FAIL_REASON", f"RuntimeError: injected failure at step {step}")
+            )
         time.sleep(step_s)
         step += 1
         loss = 6.0 / (1.0 + step * cfg.optimizer.lr * 50) + 0.01 * cfg.model.num_layers

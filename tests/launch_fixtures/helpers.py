@@ -34,7 +34,7 @@ def use_fake_trainer(monkeypatch, step_seconds: float = 0.01, unset: tuple[str, 
     """Runs train with fake_train.py (a made-up loss curve), every failure switch off."""
     monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", FAKE_TRAIN_CMD)
     monkeypatch.setenv("FAKE_STEP_SECONDS", str(step_seconds))
-    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES", *unset):
+    for var in ("FAKE_FAIL_MATCH", "FAKE_FAIL_TIMES", "FAKE_FAIL_REASON", *unset):
         monkeypatch.delenv(var, raising=False)
 
 

@@ -1,0 +1,248 @@
+"""A large sweep's bookkeeping: the files ``status`` and re-expansion read for every run, at scale.
+
+Run directories are written through the toolkit's own writers (``runconfig.dump_yaml``,
+``rundir.files``, ``launch.attempts``), so these tests exercise the real readers.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launch import attempts
+from launch.__main__ import main
+from launch.errors import LaunchError
+from launch.run_configs import load_run_config
+from launch.sweep_dir import read_plan, run_dir, write_plan
+from launch.sweep_spec import expand, load_spec
+from runconfig import dump_yaml, load_config
+from runconfig.schema import RunConfig
+from tests.launch_fixtures.helpers import REPO, derived_spec, env_with, read_csv, stub_bin, use_fake_trainer
+
+GRID = {"model.num_layers": [2, 4], "optimizer.lr": {"log2_range": [-10, -6, 1]}}
+
+
+@pytest.fixture(autouse=True)
+def fake_trainer(monkeypatch):
+    use_fake_trainer(monkeypatch)
+
+
+def _sweep(tmp_path: Path, grid: dict | None = None) -> tuple[Path, Path]:
+    spec = derived_spec(
+        tmp_path, grid=grid or GRID, overrides={"training.steps": 8, "parametrization.base_num_layers": 2}
+    )
+    return spec, tmp_path / "sw"
+
+
+def _no_python_yaml_parser(monkeypatch) -> None:
+    """Any YAML parsed by PyYAML's pure-Python reader fails (libyaml's parser does not use it)."""
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("YAML parsed with PyYAML's pure-Python parser")
+
+    monkeypatch.setattr(yaml.reader.Reader, "__init__", refuse)
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+def test_status_parses_sweep_and_run_configs_with_libyaml(tmp_path, monkeypatch, capsys):
+    # The pure-Python parser took ~33 ms per config.yaml: `status` over 2000 runs spent 44 s of
+    # its time there (benchmarks/status_scale.py); libyaml's parser gives the same values.
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    first = plan.runs[0]
+    cfg = load_config(RunConfig, sweep_dir / "base_config.yaml", plan.train_invocation(sweep_dir, first).overrides)
+    cfg.model.hidden_size = 128  # what the run's own config.yaml says wins over the expansion's value
+    run_dir(sweep_dir, first.run_id).mkdir(parents=True)
+    (run_dir(sweep_dir, first.run_id) / "config.yaml").write_text(dump_yaml(cfg))
+    _no_python_yaml_parser(monkeypatch)
+    assert main(["status", str(sweep_dir)]) == 75
+    assert "pending    10" in capsys.readouterr().out
+    rows = read_csv(sweep_dir / "results.csv")
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] == first.run_id} == {"128"}
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] != first.run_id} == {"64"}
+    assert len(read_plan(sweep_dir).runs) == 10
+
+
+def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
+    # Re-expanding a 2000-point spec (every `launch sweep` rerun) took 227 s on the 2-core
+    # machine, ~0.1 s per point, most of it building the schema's defaults and merging the base
+    # file again for each point and each grid value; now they are built once (63 s).
+    from omegaconf import OmegaConf
+
+    built = []
+    structured = OmegaConf.structured
+    monkeypatch.setattr(OmegaConf, "structured", lambda *a, **k: built.append(a) or structured(*a, **k))
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    assert len(plan.runs) == 10
+    assert len(built) == 2  # the spec's schema (load_spec) and the run config's, once each
+    # the same values and the same refusals as one load per point
+    point = plan.runs[-1]
+    args = [f"{k}={v}" for k, v in {**plan.fixed, **point.point}.items()]
+    one = load_config(RunConfig, plan.base_config_source, args)
+    assert one.model.num_layers == 4 and one.optimizer.lr == 2.0**-6 == point.resolved["optimizer.lr"]
+    fixed = {"training.steps": 8, "parametrization.base_num_layers": 2, "parallel.pipeline_model_parallel_size": 2}
+    bad = derived_spec(tmp_path, name="bad.yaml", grid={"model.num_layers": [2, 3]}, overrides=fixed)
+    with pytest.raises(LaunchError) as refused:
+        expand(bad, load_spec(bad))
+    with pytest.raises(LaunchError) as alone:
+        load_run_config(plan.base_config_source, [*(f"{k}={v}" for k, v in fixed.items()), "model.num_layers=3"])
+    assert str(refused.value) == (
+        f"sweep spec {bad}: grid entry 'model.num_layers' value 3: command-line overrides: "
+        "parallel.pipeline_model_parallel_size: 2 does not divide model.num_layers=3"
+    )
+    assert str(refused.value).endswith(str(alone.value))
+
+
+SBATCH_COUNTING = """n=$(( $(cat "$DUMP_DIR/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$DUMP_DIR/n"
+if [ -n "$FAIL_AT" ] && [ "$n" = "$FAIL_AT" ]; then echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; fi
+echo "$@" >> "$DUMP_DIR/sbatch.txt"; echo "$((700 + n));cluster\""""
+
+
+def test_slurm_sweep_over_max_array_size_is_split_into_chained_arrays(tmp_path, monkeypatch, capsys):
+    # A sweep needing more array tasks than the cluster's MaxArraySize (1001 by default) was
+    # refused ("split the grid into several sweep specs"), which splits its results.csv too. Now
+    # it goes in several arrays, each starting after the one before ends, so that at most
+    # max_parallel tasks run at a time. MaxArraySize 4 here (scontrol's answer), 10 runs.
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    stubs = {"sbatch": SBATCH_COUNTING, "squeue": "true", "scontrol": 'echo "MaxArraySize            = 4"'}
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
+    monkeypatch.setenv("DUMP_DIR", str(dump))
+    spec, sweep_dir = _sweep(tmp_path)
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--executor", "slurm", "--max-parallel", "2"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "10 runs need 10 array tasks, more than MaxArraySize (4): submitting 3 arrays" in err
+    folders = sorted((sweep_dir / "slurm").iterdir())
+    assert [f.name[-4:] for f in folders] == ["1of3", "2of3", "3of3"]
+    lists = [(f / "runs.txt").read_text().split() for f in folders]
+    assert [len(x) for x in lists] == [4, 4, 2]
+    assert sum(lists, []) == [r.run_id for r in read_plan(sweep_dir).runs]
+    arrays = [re.search(r"#SBATCH --array=(\S+)", (f / "array.sbatch").read_text()).group(1) for f in folders]
+    assert arrays == ["0-3%2", "0-3%2", "0-1%2"]
+    calls = (dump / "sbatch.txt").read_text().splitlines()
+    assert ["--dependency=afterany:701" in calls[1], "--dependency=afterany:702" in calls[2]] == [True, True]
+    assert "--dependency" not in calls[0]
+    assert [json.loads((f / "job.json").read_text())["job_id"] for f in folders] == ["701", "702", "703"]
+    assert "submitted array job 702: 4 runs, at most 2 tasks at a time, after job 701 ends" in out
+
+    # sbatch refusing the second array: the first stays submitted, the command says so and fails.
+    monkeypatch.setenv("FAIL_AT", "5")
+    shutil.rmtree(sweep_dir / "slurm")
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "QOSMaxSubmitJobPerUserLimit" in err and "arrays 1-1 of 3 were submitted; run this again" in err
+    assert len([f for f in (sweep_dir / "slurm").iterdir() if (f / "job.json").is_file()]) == 1
+
+
+def test_max_array_size_falls_back_to_slurms_default(tmp_path, monkeypatch):
+    from launch.executor_slurm import MAX_ARRAY_SIZE, max_array_size
+
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, {'scontrol': 'exit 1'})}:{os.environ['PATH']}")
+    assert max_array_size() == MAX_ARRAY_SIZE == 1001
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert max_array_size() == 1001
+
+
+def _attempts(sweep_dir: Path) -> dict[str, list[tuple]]:
+    return {
+        run.run_id: [(a.outcome, a.exit_code) for a in attempts.read(run_dir(sweep_dir, run.run_id)).attempts]
+        for run in read_plan(sweep_dir).runs
+    }
+
+
+def test_trainer_failing_on_a_full_disk_stops_the_sweep_without_using_retries(tmp_path, monkeypatch, capsys):
+    # A quota that fills mid-sweep made every trainer fail (exit 1): each run used up its
+    # retries within seconds and the sweep went on to fail the next ones, ending "gave up" for
+    # all of them. Now the first such failure stops the sweep (exit 75), its attempt does not
+    # count, and a rerun once there is space finishes every run.
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    monkeypatch.setenv("FAKE_FAIL_MATCH", "lr0.002")
+    monkeypatch.setenv("FAKE_FAIL_TIMES", "1")
+    monkeypatch.setenv("FAKE_FAIL_REASON", "OSError: [Errno 122] Disk quota exceeded: 'checkpoints/step_00000002'")
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress", "--max-parallel", "1"]
+    assert main(args) == 75
+    captured = capsys.readouterr()
+    assert "lr0.002-" in captured.err and "Disk quota exceeded" in captured.err
+    assert "no new runs are started" in captured.err and "stopped: disk full" in captured.out
+    (first, second, third) = _attempts(sweep_dir).values()
+    assert first == [("completed", 0)] and second == [("interrupted", 1)] and third == []
+    assert main(args) == 0
+    assert [len(a) for a in _attempts(sweep_dir).values()] == [1, 2, 1]
+    assert "completed  3" in capsys.readouterr().out
+
+
+def test_full_disk_in_launchs_own_bookkeeping_stops_cleanly(tmp_path, monkeypatch, capsys):
+    # launch could not write a run's attempts.json (ENOSPC) and died with a traceback, its
+    # trainers killed by their parent-death signal. Now it stops starting runs, stops the running
+    # ones and exits 75 with the reason. The trainer whose attempt could not be closed had
+    # finished: its summary.json is the run's record, so the rerun leaves it alone.
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    real_finish = attempts.finish
+
+    def finish(rd, *args, **kwargs):
+        if "lr0.002" in rd.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_finish(rd, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "finish", finish)
+    args = ["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress", "--max-parallel", "1"]
+    assert main(args) == 75
+    assert "disk full ([Errno 28] No space left on device)" in capsys.readouterr().err
+    (first, second, third) = _attempts(sweep_dir).values()
+    assert first == [("completed", 0)] and second == [(None, None)] and third == []
+    monkeypatch.setattr(attempts, "finish", real_finish)
+    assert main(args) == 0
+    assert [len(a) for a in _attempts(sweep_dir).values()] == [1, 1, 1]
+    assert "completed  3" in capsys.readouterr().out
+
+
+def test_array_task_does_not_queue_behind_another_results_writer(tmp_path, monkeypatch, capsys):
+    # Each array task (`launch run SWEEP --only ID`) rebuilt results.csv for the whole sweep
+    # while holding results.lock, waiting its turn: at 2000 runs a build took ~13 s, so tasks
+    # ending together queued for minutes holding their allocation. Now a task that finds the
+    # lock held marks the file stale and ends; the holder writes it again with the new state.
+    from launch import status
+
+    spec, sweep_dir = _sweep(tmp_path, grid={"optimizer.lr": [0.001, 0.002, 0.003]})
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    ids = [r.run_id for r in read_plan(sweep_dir).runs]
+    with open(sweep_dir / "results.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another writer (a slow status, another task)
+        argv = [sys.executable, "-m", "launch", "run", str(sweep_dir), "--only", ids[0], "--no-progress"]
+        try:
+            task = subprocess.run(argv, cwd=REPO, env=env_with(), capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the array task waited for results.lock")
+        assert task.returncode == 0, task.stderr[-2000:]
+        assert (sweep_dir / "results.stale").exists() and not (sweep_dir / "results.csv").exists()
+    assert "results.csv: left to the process writing it now" in task.stdout
+
+    # A writer that finds the marker again after writing (a task turned away while it read the
+    # states) writes once more; the file then holds every state.
+    reads = []
+    collect = status.collect_states
+
+    def collect_and_turn_one_away(*args, **kwargs):
+        reads.append(1)
+        if len(reads) == 1:
+            (sweep_dir / "results.stale").touch()
+        return collect(*args, **kwargs)
+
+    monkeypatch.setattr(status, "collect_states", collect_and_turn_one_away)
+    assert main(["run", str(sweep_dir), "--only", ids[1], "--no-progress"]) == 0
+    assert len(reads) == 2 and not (sweep_dir / "results.stale").exists()
+    rows = read_csv(sweep_dir / "results.csv")
+    assert {r["run_id"]: r["status"] for r in rows} == {ids[0]: "completed", ids[1]: "completed", ids[2]: "pending"}
