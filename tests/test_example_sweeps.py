@@ -5,7 +5,8 @@ sweep ships the ``results.csv`` that ``python -m launch sweep SPEC`` + ``launch 
 (``configs/sweeps/results/<name>.csv``). The default test fits every curve of it with the
 analysis's own code (eval.curves, eval.optimum) and checks that the results belong to the
 spec as it is now (same run ids: the ids hash every override, so a changed grid or base
-config needs new measurements). The slow test runs the sweep again and gets the same losses.
+config needs new measurements). The slow test runs the sweep again and gets the same best LR
+of every curve, its loss there to 1% and every loss to 5% (another CPU rounds differently).
 A GPU/cluster example (executor.gpus_per_run > 0) cannot be measured here and is skipped by name.
 """
 
@@ -87,5 +88,24 @@ def test_example_sweep_reruns_to_its_committed_results(spec, tmp_path):
     got = read_results(sweep_dir / "results.csv").rows.set_index(["run_id", "fraction"]).sort_index()
     want = read_results(path).rows.set_index(["run_id", "fraction"]).sort_index()
     assert list(got.index) == list(want.index)
-    np.testing.assert_allclose(got["val_loss"].to_numpy(float), want["val_loss"].to_numpy(float), rtol=1e-5)
+    # Bit-identical only on the CPU that measured them: another CPU's kernels round differently,
+    # and a run at a high LR amplifies it (measured with the code that wrote tiny_cpu.csv on
+    # another machine: 4 of 32 losses identical, the largest difference 0.024 = 0.43% at L=4
+    # depth_mup 2^-5; yaida_fixed_gamma here: 1.1% on one run at loss 5.7). What the shipped file
+    # claims must hold anywhere: every curve's best LR, its loss there to 1%, no loss off by 5%.
+    got_loss, want_loss = got["val_loss"].to_numpy(float), want["val_loss"].to_numpy(float)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=5e-2)
+    got_best, want_best = best_lrs(got), best_lrs(want)
+    assert {k: lr for k, (lr, _) in got_best.items()} == {k: lr for k, (lr, _) in want_best.items()}
+    for k, (_, loss) in got_best.items():
+        assert loss == pytest.approx(want_best[k][1], rel=1e-2), k
     assert not edges(sweep_dir / "results.csv")[0]
+
+
+def best_lrs(rows) -> dict[tuple, tuple[float, float]]:
+    """(LR, loss) of the lowest loss of each curve (every swept key but the LR, and the fraction)."""
+    rows = rows.reset_index()
+    per_run = ("run_id", "lr", "status", "step", "val_loss", "val_loss_recorded", "line")
+    curve = [c for c in rows.columns if c not in per_run]
+    best = rows.loc[rows.groupby(curve, dropna=False)["val_loss"].idxmin()]
+    return {tuple(r[c] for c in curve): (r["lr"], r["val_loss"]) for _, r in best.iterrows()}
