@@ -171,15 +171,13 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
         echo=sys.stdout.buffer if getattr(args, "echo_output", False) else None,
     )
     written = snapshot(sweep_dir, plan, wait=not only)  # --only (an array task): never queue for the file
+    states = collect_states(sweep_dir, plan) if written is None else written[0]
+    print_report(sweep_dir, plan, states, sys.stdout)
     if written is None:
-        states = collect_states(sweep_dir, plan)
-        print_report(sweep_dir, plan, states, sys.stdout)
         print(f"{sweep_dir / RESULTS_FILE}: left to the process writing it now (results.stale tells it to "
               "write it again with this run's state); `launch status` writes it fresh")  # fmt: skip
     else:
-        states, path, rows = written
-        print_report(sweep_dir, plan, states, sys.stdout)
-        print(f"wrote {path} ({rows} rows)")
+        print(f"wrote {written[1]} ({written[2]} rows)")
     selected = {run.run_id for run in select_runs(plan, only)}
     if execution.disk_full:
         print(f"stopped: disk full ({execution.disk_full}); free space and rerun the same command")
