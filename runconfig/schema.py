@@ -36,6 +36,8 @@ DecayStyle = Literal["constant", "linear", "cosine", "wsd"]
 WsdDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on GPU, fp32 on CPU
 Device = Literal["auto", "cpu", "cuda"]
+# checkpoint.init_mode: what a new run takes from checkpoint.init_from (docs/megatron-integration.md)
+InitMode = Literal["weights", "continue"]
 
 
 @dataclass
@@ -249,11 +251,25 @@ class CheckpointConfig:
     # step 0 takes its model weights, with a fresh optimizer, LR schedule and step count
     # (Megatron-LM's --pretrained-checkpoint with --finetune); a run with a checkpoint of its own resumes that
     init_from: Optional[str] = None
+    # What a new run takes from checkpoint.init_from:
+    #   weights: the model weights only, at step 0 (Megatron-LM's --finetune);
+    #   continue: everything a resume takes (weights, optimizer state, step count, RNG, so the data
+    #     position), with this run's own schedule keys applied from that step on: training.steps,
+    #     scheduler.*, eval.at, eval.interval (Megatron-LM's --load of another run's checkpoint with
+    #     --override-opt_param-scheduler): WSD cooldown branches and extensions of a finished run.
+    #     Anything else that differs from the source (model shape, parametrization, optimizer,
+    #     data, global batch) is refused, as is a source step >= training.steps.
+    init_mode: InitMode = "weights"
 
     def __post_init__(self) -> None:
         if self.interval is not None:
             _at_least("checkpoint.interval", self.interval, 1)
         _at_least("checkpoint.keep", self.keep, 1)
+        _choice("checkpoint.init_mode", self.init_mode, InitMode)
+        if self.init_mode == "continue" and not self.init_from:
+            raise ValueError(
+                "checkpoint.init_mode: continue needs checkpoint.init_from (the run or checkpoint to continue)"
+            )
 
 
 @dataclass

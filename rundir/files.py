@@ -137,6 +137,9 @@ class RunSummary:
     optimizer: Optional[str] = None
     width: Optional[str] = None  # the width rule (sp | mup | yaida)
     emergent_scale: Optional[dict[str, float]] = None  # width yaida: {s, gamma = L/n^(1-s), L_over_n}
+    # checkpoint.init_mode=continue: the run this one continued ({run_dir, checkpoint, step,
+    # config_sha256, and same_sample_order where training.steps changed}); None: trained from step 0
+    branch_of: Optional[dict[str, Any]] = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # keys a newer writer added
 
     @property

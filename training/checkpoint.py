@@ -18,6 +18,7 @@ or the new one, never a half-written one named as complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -382,3 +383,21 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
             f"model: {exc}"
         ) from exc
     return ckpt
+
+
+# ----------------------------------------------------------------------------- continuing another run (checkpoint.init_mode=continue)
+def config_sha256(config: dict[str, Any]) -> str:
+    """The digest of a resolved config (a checkpoint's ``common.json`` ``config``): sorted-key JSON, sha256."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def branch_record(ckpt: Checkpoint, common: dict[str, Any]) -> dict[str, Any]:
+    """What a run continued from another run's checkpoint records of its source (``summary.json``'s
+    and its own checkpoints' ``branch_of``): the run directory, checkpoint folder, step and the
+    digest of the config the source ran with."""
+    return {
+        "run_dir": str(Path(ckpt.run_dir).resolve()),
+        "checkpoint": str(Path(ckpt.path).resolve()),
+        "step": int(common["step"]),
+        "config_sha256": config_sha256(common["config"]),
+    }

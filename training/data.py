@@ -253,14 +253,17 @@ def check_data(cfg: RunConfig) -> TokenizerInfo:
     return tokenizer
 
 
-def build_datasets(cfg: RunConfig, cache_dir: Optional[str], checked: Optional[TokenizerInfo] = None) -> Datasets:
+def build_datasets(
+    cfg: RunConfig, cache_dir: Optional[str], checked: Optional[TokenizerInfo] = None, steps: Optional[int] = None
+) -> Datasets:
     """Build train and valid datasets (rank 0 first, so the index cache is written once).
     ``checked``: what :func:`check_data` returned, when it already ran (neither the tokenizer
-    nor the data is read again)."""
+    nor the data is read again); ``steps``: the training samples of that many steps instead of
+    ``training.steps``' (another run's order, :func:`same_sample_order`)."""
     tokenizer = checked or tokenizer_info(cfg)
     config = dataset_config(cfg, tokenizer, cache_dir, check=checked is None)
     g = cfg.training.global_batch_size
-    sizes = [cfg.training.steps * g, cfg.eval.batches * g, 0]
+    sizes = [(steps or cfg.training.steps) * g, cfg.eval.batches * g, 0]
     cls = MockGPTDataset if cfg.data.mock else GPTDataset
 
     def build() -> list:
@@ -277,6 +280,37 @@ def build_datasets(cfg: RunConfig, cache_dir: Optional[str], checked: Optional[T
     if valid is None or len(valid) == 0:
         raise ValueError("data: the validation split is empty; give data.valid_prefixes or a split with a valid part")
     return Datasets(train, valid, tokenizer)
+
+
+def sample_order(dataset: Any, n: int) -> list[np.ndarray]:
+    """Which samples positions ``[0, n)`` of a megatron training dataset are, as arrays: for a
+    ``GPTDataset`` each position's first and last (document, offset), read through its shuffle,
+    sample and document indices; for a ``BlendedDataset`` each position's (dataset, sample) and
+    its parts' orders. Two datasets of the same data and seed built for different sample counts
+    (``training.steps``) give equal arrays exactly when they read the same samples there: megatron
+    shuffles over as many epochs as the count needs, so a count that needs another epoch (or
+    moves the final-epoch split) reorders every sample."""
+    if hasattr(dataset, "dataset_index"):  # megatron's BlendedDataset
+        if dataset.dataset_index is None:
+            dataset[0]  # megatron memory-maps a cached index on first access
+        which = np.asarray(dataset.dataset_index[:n], dtype=np.int64)
+        within = np.asarray(dataset.dataset_sample_index[:n], dtype=np.int64)
+        order = [which, within]
+        for k, part in enumerate(dataset.datasets):
+            used = within[which == k]
+            order += sample_order(part, int(used.max()) + 1) if used.size else []
+        return order
+    if dataset.shuffle_index is None:
+        dataset[0]
+    j = np.asarray(dataset.shuffle_index[:n], dtype=np.int64)
+    starts, docs = np.asarray(dataset.sample_index), np.asarray(dataset.document_index)
+    return [docs[starts[j, 0]], starts[j, 1], docs[starts[j + 1, 0]], starts[j + 1, 1]]
+
+
+def same_sample_order(a: Any, b: Any, n: int) -> bool:
+    """Whether positions ``[0, n)`` of two training datasets are the same samples (:func:`sample_order`)."""
+    x, y = sample_order(a, n), sample_order(b, n)
+    return len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y))
 
 
 @dataclass(frozen=True)

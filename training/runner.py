@@ -337,6 +337,8 @@ class Trainer:
             "config": s.config_dict,
             "data": s.data_identity,
         }
+        if s.branch is not None:
+            common["branch_of"] = s.branch
         if s.runlog is not None:
             s.runlog.sync()
         checkpoint.save(
@@ -370,6 +372,7 @@ class Trainer:
             final_val_loss=final[0] if final else None,
             final_train_loss=train_rows[-1]["loss"] if train_rows else None,
             wall_time_s=self._wall_time(),
+            branch_of=s.branch if s is not None else None,
             **run_identity(cfg),
         )
         write_summary(self.run_dir, summary)

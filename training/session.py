@@ -109,6 +109,7 @@ class Session:
     runlog: Optional[RunLog] = None  # rank 0 only
     diagnostics: Optional[Diagnostics] = None  # logging.diagnostics_interval > 0
     evals: list[dict] = field(default_factory=list)  # every eval so far, this session's appended
+    branch: Optional[dict] = None  # continued from another run (checkpoint.branch_record): summary.json's branch_of
 
     def __post_init__(self) -> None:
         if not self.evals:
@@ -219,7 +220,8 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     resolved = resolve(cfg)
     placement = Placement(device=device, bf16=bf16)
     model = build_model(cfg, padded_vocab, placement, resolved=resolved)
-    if cfg.checkpoint.init_from and not _has_checkpoint(run_dir):  # a checkpoint of its own: resumed below
+    weights_only = cfg.checkpoint.init_mode == "weights"
+    if cfg.checkpoint.init_from and weights_only and not _has_checkpoint(run_dir):  # its own: resumed below
         try:
             source = checkpoint.init_weights(cfg, model, cfg.checkpoint.init_from)
         except checkpoint.CheckpointError as exc:
@@ -231,11 +233,13 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
 
     config_dict = to_dict(cfg)
     identity = data_identity(cfg, tokenizer)
-    resume = ResumePoint()
+    resume, branch = ResumePoint(), None
     try:
         ckpt = latest_checkpoint(run_dir)
     except RunDirError as exc:
         raise SetupError(unreadable_checkpoint(run_dir, exc)) from exc
+    if ckpt is None and cfg.checkpoint.init_from and not weights_only:
+        resume, branch = continue_from(cfg, data, backend, scheduler, table, identity, info.rank, device)
     if ckpt is not None:
         if not (ckpt.parent / LATEST).is_file():  # latest_checkpoint fell back to the newest complete folder
             log.warning(
@@ -253,6 +257,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
             raise SetupError(unreadable_checkpoint(run_dir, exc, ckpt)) from exc
         resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
+        branch = common.get("branch_of")  # a continued run keeps naming its source
         log.info("resumed from %s (step %d)", ckpt, resume.step)
     runlog = None
     if is_main:
@@ -300,7 +305,144 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         resume=resume,
         runlog=runlog,
         diagnostics=make_diagnostics(cfg, backend.model, eval_batches, device),
+        branch=branch,
     )
+
+
+def continue_from(
+    cfg: RunConfig,
+    data: Datasets,
+    backend: Backend,
+    scheduler: OptimizerParamScheduler,
+    table: dict,
+    identity: dict,
+    rank: int,
+    device: str,
+) -> tuple[ResumePoint, dict]:
+    """``checkpoint.init_mode=continue``: load another run's checkpoint as a resume does (model,
+    optimizer state, megatron scheduler step, this rank's RNG), after :func:`check_continuable`.
+
+    The scheduler is this run's (``training.optim.build_scheduler``, built with megatron's
+    ``override_opt_param_scheduler=True``): megatron's ``OptimizerParamScheduler.load_state_dict``
+    keeps the class values of peak and floor LR, warmup, decay steps and style (the WSD decay
+    steps and style are never in its state) and takes only the step count from the checkpoint,
+    which is Megatron-LM's ``--override-opt_param-scheduler``. The data position is the step
+    (step s reads samples [s*G, (s+1)*G)). Evaluations the source recorded at steps that are
+    eval points of this run are carried over with this run's fractions. Returns the resume point
+    and the record of the source (``checkpoint.branch_record``)."""
+    from training import checkpoint
+    from training.data import build_datasets, same_sample_order
+    from training.loop_parts import EvalSchedule
+
+    try:
+        source = checkpoint.init_source(cfg.checkpoint.init_from)
+    except checkpoint.CheckpointError as exc:
+        raise SetupError(str(exc)) from exc
+    where = f"checkpoint.init_from={source.path} (step {source.step} of {source.run_dir}) with checkpoint.init_mode=continue"
+    try:
+        common = json.loads((source.path / COMMON_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise SetupError(f"{where}: cannot read {source.path / COMMON_FILE}: {exc}") from exc
+    check_continuable(where, common, cfg, table, to_dict(cfg), identity)
+    on_gpu = device == "cuda"
+    if (source.format == "dist") != on_gpu:
+        raise SetupError(
+            f"{where}: a {'GPU (dist)' if source.format == 'dist' else 'CPU'} checkpoint's optimizer state continues "
+            f"only on the path that wrote it (this run is on {device}); checkpoint.init_mode=weights takes its weights"
+        )
+    if not on_gpu:
+        check_cpu_layout(common, source.path, backend.layout, hint="run the branch with the source's world size")
+    record = checkpoint.branch_record(source, common)
+    src_steps = int(common["config"]["training"]["steps"])
+    if src_steps != cfg.training.steps:  # megatron's sample order depends on the sample count
+        other = build_datasets(cfg, cfg.index_cache_dir(), checked=data.tokenizer, steps=src_steps)
+        shared = min(src_steps, cfg.training.steps) * cfg.training.global_batch_size
+        record["same_sample_order"] = same_sample_order(data.train, other.train, shared)
+        if not record["same_sample_order"]:
+            log.warning(
+                "%s: training.steps %d -> %d makes megatron shuffle the training data over another number of "
+                "epochs: the samples of steps %d.. are not the ones the source would have read (Megatron-LM does "
+                "the same); summary.json records same_sample_order=false",
+                where,
+                src_steps,
+                cfg.training.steps,
+                source.step,
+            )
+    try:
+        common = checkpoint.load(source.path, backend, scheduler, rank)
+    except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
+        raise SetupError(f"{where}: cannot load it: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    points = EvalSchedule.of(cfg).points
+    evals = tuple(
+        {**e, "fraction": points[e["step"]]}
+        for e in common["evals"]
+        if e["step"] in points and e["step"] <= source.step
+    )
+    log.info(
+        "continued %s: its weights, optimizer state, RNG and data position at step %d; this run's schedule "
+        "(%d steps, %s) from there",
+        source.path,
+        source.step,
+        cfg.training.steps,
+        cfg.scheduler.decay_style,
+    )
+    return ResumePoint(int(common["step"]), evals, 0.0), record
+
+
+# What a continued run may set differently from the run it continues (beyond what a resume may):
+# the schedule (Megatron-LM's --override-opt_param-scheduler) and where it evaluates.
+BRANCH_CHANGES = ("training.steps", "scheduler.", "eval.at", "eval.interval")
+# Why the other keys cannot differ, by key prefix (the first match is said).
+CONTINUE_REFUSALS = (
+    (
+        "training.global_batch_size",
+        "the data position is the step count: step s reads samples [s*G, (s+1)*G), so another G would skip or "
+        "repeat samples of the source, and its Adam moments were averaged over G sequences",
+    ),
+    ("training.micro_batch_size", "the source's micro-batches; the step's float rounding follows them"),
+    ("model.", "the optimizer state belongs to the source's parameters: model shape or block"),
+    ("parametrization.", "the optimizer state and LR per role belong to the source's parametrization"),
+    ("optimizer.", "the optimizer state and each group's peak and floor LR are the source optimizer's"),
+    ("data.", "the data position is a position in the source's data (data set, tokenizer, order)"),
+    ("run.seed", "the RNG state continues the source's"),
+    ("parallel.", "the checkpoint's layout (a resume refuses it too)"),
+)
+
+
+def check_continuable(where: str, common: dict, cfg: RunConfig, table: dict, config_dict: dict, data: dict) -> None:
+    """Refuse to continue another run's checkpoint where this run differs in anything but the
+    schedule keys (:data:`BRANCH_CHANGES`), or would start at or past its own last step: each
+    differing key named with why it cannot change (:data:`CONTINUE_REFUSALS`)."""
+    from patches.table import table_differences
+    from training.data import DATA_LOCATION_KEYS
+
+    problems = []
+    step = int(common["step"])
+    if step >= cfg.training.steps:
+        problems.append(
+            f"training.steps: {cfg.training.steps} is not past the source's step {step}: nothing to continue "
+            f"(give training.steps > {step})"
+        )
+    changed = changed_keys(common["config"], config_dict)
+    same_data = common.get("data") == data
+    allowed = RESUMABLE_CHANGES + BRANCH_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
+    for line in describe_changes(changed, allowed):
+        key = line.split(":", 1)[0]
+        why = next((w for prefix, w in CONTINUE_REFUSALS if key == prefix or key.startswith(prefix)), None)
+        problems.append(f"{line} ({why})" if why else line)
+    if not same_data and "data" in common and not any(k.startswith("data.") for k in changed):
+        problems.append(f"data: the files are not the source's: {common['data']} -> {data}")
+    table_diffs = table_differences(common["parametrization"], table)
+    if table_diffs and not problems:
+        problems.append(
+            f"the resolved parametrization differs ({len(table_diffs)} entries): " + "; ".join(table_diffs[:3])
+        )
+    if problems:
+        raise SetupError(
+            f"{where}: cannot continue it:\n  "
+            + "\n  ".join(problems)
+            + "\n  (checkpoint.init_mode=weights takes its model weights only, with a fresh optimizer and schedule)"
+        )
 
 
 PROBE_SEQUENCES = 2  # the probe forward costs ~1/3 of a step per sequence share: keep it small
@@ -392,7 +534,12 @@ def unreadable_checkpoint(run_dir: Path, exc: BaseException, ckpt: Optional[Path
     return f"{what}\n  no other checkpoint: give --force to retrain"
 
 
-def check_cpu_layout(common: dict, ckpt: Path, layout: dict[str, int]) -> None:
+def check_cpu_layout(
+    common: dict,
+    ckpt: Path,
+    layout: dict[str, int],
+    hint: str = "rerun with the checkpoint's world size, or --force to retrain",
+) -> None:
     """A CPU checkpoint holds one state file per tensor-parallel rank and pipeline stage, from
     data-parallel rank 0: it resumes only in the layout that wrote it (the data-parallel size,
     set by the world size, is no config key, so the config check cannot see it change)."""
@@ -404,8 +551,7 @@ def check_cpu_layout(common: dict, ckpt: Path, layout: dict[str, int]) -> None:
 
         raise SetupError(
             f"{ckpt}: written with parallel layout {spell(saved)}; this CPU run is {spell(layout)}: a CPU "
-            "checkpoint resumes only in its own layout (the GPU path's dist_checkpointing reshards); "
-            "rerun with the checkpoint's world size, or --force to retrain"
+            f"checkpoint resumes only in its own layout (the GPU path's dist_checkpointing reshards); {hint}"
         )
 
 

@@ -1,0 +1,157 @@
+"""checkpoint.init_mode=continue: a new run directory continues another run's checkpoint (weights,
+optimizer state, step count, RNG, data position) under its own schedule keys, as Megatron-LM's
+--load OTHER_DIR with --override-opt_param-scheduler: WSD cooldown branches and extensions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY, env
+
+# WSD: 2 warmup steps, a stable phase, a linear decay over the last 4 steps to 0.1 x the peak.
+WSD = [
+    "model.num_layers=2",
+    "scheduler.decay_style=wsd",
+    "scheduler.warmup_steps=2",
+    "scheduler.wsd_decay_steps=4",
+    "logging.interval=1",
+    "logging.progress_bar=false",
+    "eval.at=[1.0]",
+    "checkpoint.keep=10",
+]
+SOURCE_STEPS, BRANCH_AT = 12, 6  # the source decays over steps 9-12; its step 6 is in the stable phase
+
+
+def train(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *WSD, *overrides]
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+
+
+def train_rows(run_dir: Path) -> dict[int, dict]:
+    rows = (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip())
+    return {r["step"]: r for r in rows if r.get("kind") == "train"}
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def branch(source: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
+    return train(run_dir, f"checkpoint.init_from={folder}", "checkpoint.init_mode=continue", *overrides)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("continue") / "A"
+    out = train(run, f"training.steps={SOURCE_STEPS}", f"checkpoint.interval={BRANCH_AT}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run
+
+
+def test_a_branch_with_the_same_schedule_is_the_source_bit_for_bit(source, tmp_path):
+    """B continues A@6 with A's own config: its steps 7-12 are A's, loss, grad norm and every
+    group's LR equal as floats (==, not approx): the same weights, Adam moments, scheduler step
+    and samples go through the same operations, as a resume of A's own directory does. The
+    summary names the source, and A's final eval is B's."""
+    run = tmp_path / "B"
+    out = branch(source, run, f"training.steps={SOURCE_STEPS}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    a, b = train_rows(source), train_rows(run)
+    assert sorted(b) == list(range(BRANCH_AT + 1, SOURCE_STEPS + 1))  # its own rows start after the branch step
+    for step in b:
+        assert (b[step]["loss"], b[step]["grad_norm"], b[step]["lr"]) == (
+            a[step]["loss"],
+            a[step]["grad_norm"],
+            a[step]["lr"],
+        ), step
+    assert summary(run)["final_val_loss"] == summary(source)["final_val_loss"]
+    common = json.loads((source / "checkpoints" / f"step_{BRANCH_AT:08d}" / "common.json").read_text())
+    record = summary(run)["branch_of"]
+    assert record["run_dir"] == str(source.resolve())
+    assert record["step"] == BRANCH_AT
+    want = hashlib.sha256(json.dumps(common["config"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert record["config_sha256"] == want
+    assert "same_sample_order" not in record  # training.steps unchanged: one data order
+    assert summary(run)["steps"] == SOURCE_STEPS and summary(source).get("branch_of") is None
+    # the branch's own checkpoint keeps the record: a rerun of a finished branch reads it back
+    own = json.loads((run / "checkpoints" / f"step_{SOURCE_STEPS:08d}" / "common.json").read_text())
+    assert own["branch_of"] == record
+
+
+def test_an_extension_equals_a_fresh_run_of_the_longer_length(source, tmp_path):
+    """D continues A@6 (stable phase) with training.steps=20: from there it is the fresh 20-step
+    run C, bit for bit. A's first 6 steps are C's (the same warmup and stable LR, the same
+    samples: mock data is one epoch either way, which D checks and records)."""
+    fresh, ext = tmp_path / "C", tmp_path / "D"
+    assert train(fresh, "training.steps=20").returncode == 0
+    out = branch(source, ext, "training.steps=20")
+    assert out.returncode == 0, out.stderr[-3000:]
+    a, c, d = train_rows(source), train_rows(fresh), train_rows(ext)
+    assert [a[s]["loss"] for s in range(1, BRANCH_AT + 1)] == [c[s]["loss"] for s in range(1, BRANCH_AT + 1)]
+    assert sorted(d) == list(range(BRANCH_AT + 1, 21))
+    for step in d:
+        assert (d[step]["loss"], d[step]["lr"]) == (c[step]["loss"], c[step]["lr"]), step
+    assert summary(ext)["final_val_loss"] == summary(fresh)["final_val_loss"]
+    assert summary(ext)["branch_of"]["same_sample_order"] is True
+    assert a[SOURCE_STEPS]["loss"] != c[SOURCE_STEPS]["loss"]  # A had decayed by then; C had not
+
+
+def test_a_shorter_cooldown_branch_follows_the_wsd_formula(source, tmp_path):
+    """E continues A@6 with 9 steps and a 3-step decay. The LR step s trains with is megatron's
+    schedule at num_steps = s - 1: WSD's anneal starts at 9 - 3 = 6, so steps 7, 8, 9 get
+    min + (1 - k/3)(peak - min) for k = 0, 1, 2, min = 0.1 peak: 1, 0.7, 0.4 x the peak of each
+    group (the peak read from A's stable step 6)."""
+    run = tmp_path / "E"
+    out = branch(source, run, "training.steps=9", "scheduler.wsd_decay_steps=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    a, e = train_rows(source), train_rows(run)
+    peaks = a[BRANCH_AT]["lr"]
+    assert len(peaks) > 1  # depth-muP: groups with their own LR factors
+    for step, factor in ((7, 1.0), (8, 0.7), (9, 0.4)):
+        for group, peak in peaks.items():
+            assert e[step]["lr"][group] == pytest.approx(peak * factor, rel=1e-12), (step, group)
+    # a step's loss is measured before its update: steps 7 and 8 are A's (step 7 trained at the
+    # peak in both); step 9 follows step 8's update, at 0.7 x the peak in E and the peak in A
+    assert (e[7]["loss"], e[8]["loss"]) == (a[7]["loss"], a[8]["loss"])
+    assert e[9]["loss"] != a[9]["loss"]
+    assert summary(run)["target_steps"] == 9 and summary(run)["final_val_loss"] is not None
+
+
+def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
+    """Exit 2 before training, naming the source checkpoint and each key, with why."""
+    folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
+    out = branch(
+        source,
+        tmp_path / "bad",
+        "training.steps=20",
+        "model.num_layers=3",
+        "parametrization.block_multiplier=2.0",
+        "optimizer.name=adam",
+        "training.global_batch_size=16",
+        "data.seed=7",
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    err = out.stderr
+    assert f"checkpoint.init_from={folder} (step {BRANCH_AT} of {source}) with checkpoint.init_mode=continue" in err
+    for key in (
+        "model.num_layers: 2 -> 3",
+        "parametrization.block_multiplier: 1.0 -> 2.0",
+        "optimizer.name: 'adamw' -> 'adam'",
+        "training.global_batch_size: 8 -> 16 (the data position is the step count",
+        "data.seed: 1234 -> 7",
+    ):
+        assert key in err, (key, err[-2000:])
+    assert not (tmp_path / "bad" / "checkpoints").exists()
+    early = branch(source, tmp_path / "early", f"training.steps={BRANCH_AT}")
+    assert early.returncode == 2
+    assert f"training.steps: {BRANCH_AT} is not past the source's step {BRANCH_AT}" in early.stderr
+    alone = train(tmp_path / "alone", "checkpoint.init_mode=continue")
+    assert alone.returncode == 2
+    assert "checkpoint.init_mode: continue needs checkpoint.init_from" in alone.stderr
