@@ -61,7 +61,17 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
     "bf16": MegatronArg("training.precision", "bf16"),
     "fp16": MegatronArg(None, note="no fp16: training.precision=bf16 or fp32"),
     "save": MegatronArg("run.dir", note=_RUN_DIR),
-    "load": MegatronArg("run.dir", note=_RUN_DIR + "; another run's weights: checkpoint.init_from"),
+    "load": MegatronArg(
+        "run.dir",
+        note=_RUN_DIR
+        + "; another run's checkpoint into a new run: checkpoint.init_from with checkpoint.init_mode=continue",
+    ),
+    "override_opt_param_scheduler": MegatronArg(
+        "checkpoint.init_mode",
+        "continue",
+        note="with checkpoint.init_from: the source's weights, optimizer state, step, RNG and data position, this "
+        "run's training.steps and scheduler.* from there (a resume of the same run.dir refuses a changed schedule)",
+    ),
     "pretrained_checkpoint": MegatronArg(
         "checkpoint.init_from",
         note="model weights only, at step 0 (with --finetune); a run directory or checkpoint folder",

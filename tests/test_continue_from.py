@@ -155,3 +155,36 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     alone = train(tmp_path / "alone", "checkpoint.init_mode=continue")
     assert alone.returncode == 2
     assert "checkpoint.init_mode: continue needs checkpoint.init_from" in alone.stderr
+
+
+def test_the_sample_order_check_sees_megatron_reshuffle_over_another_epoch(tmp_path, megatron):
+    """training.data.same_sample_order on real megatron datasets (one prefix: a GPTDataset; two
+    with weights: a BlendedDataset). 40 documents of 20-200 tokens at sequence 64 are about 80
+    samples an epoch: 4 and 6 steps of 8 need one epoch and read the same first 32 samples; 40
+    steps need several, and megatron shuffles over all of them: another order."""
+    from tests.conftest import tiny_config
+    from tests.test_training_data_checks import make_manifest, make_prefix, random_docs
+    from training.data import TokenizerInfo, build_datasets, same_sample_order
+
+    data = make_manifest(tmp_path / "one", random_docs(40, 0), random_docs(8, 1))
+    cfg = tiny_config(f"data.manifest={data}", "model.vocab_size=null")
+    build = {steps: build_datasets(cfg, str(tmp_path / "cache"), steps=steps).train for steps in (4, 6, 40)}
+    assert type(build[4]).__name__ == "GPTDataset"
+    assert same_sample_order(build[4], build[6], 32)
+    assert not same_sample_order(build[4], build[40], 32)
+    blend = tmp_path / "blend"
+    blend.mkdir()
+    prefixes = [str(make_prefix(blend / name, random_docs(40, seed))) for name, seed in (("a", 2), ("b", 3))]
+    valid = str(make_prefix(blend / "valid", random_docs(8, 4)))
+    cfg = tiny_config(
+        "data.mock=false",
+        f"data.train_prefixes=[{prefixes[0]}, {prefixes[1]}]",
+        "data.train_weights=[1, 3]",
+        f"data.valid_prefixes=[{valid}]",
+        "model.vocab_size=512",
+    )
+    tok = TokenizerInfo(512, 511, "planted")
+    build = {steps: build_datasets(cfg, str(tmp_path / "cache2"), tok, steps).train for steps in (4, 6, 80)}
+    assert type(build[4]).__name__ == "BlendedDataset"
+    assert same_sample_order(build[4], build[6], 32)
+    assert not same_sample_order(build[4], build[80], 32)
