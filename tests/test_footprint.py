@@ -226,7 +226,7 @@ def test_activations_of_the_350m_config_by_hand():
     RoPE, gelu, LayerNorm, no biases, cuDNN attention on the GPU path), counted by hand."""
     from training.footprint import ActivationShape
 
-    cfg = tiny_config(path=REPO / "configs" / "gpt_350m_gpu.yaml", *("model.vocab_size=50304",))
+    cfg = tiny_config("model.vocab_size=50304", path=REPO / "configs" / "gpt_350m_gpu.yaml")
     shape = ActivationShape.of(cfg, 50304)
     n, sbh = 2048 * 8, 2048 * 8 * 1024 * 2  # tokens; one s*b*h bf16 tensor
     # per layer, in s*b*h: 2 norm inputs + 2 norm outputs (QKV's, fc1's inputs) + the QKV

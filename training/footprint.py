@@ -365,3 +365,17 @@ def activation_memory(cfg: RunConfig, vocab: int, counts: ParameterCounts, dp: i
 def peak_stage(stages: list[StageMemory]) -> StageMemory:
     """The stage whose GPU needs the most memory."""
     return max(stages, key=lambda st: st.peak)
+
+
+def config_peak(cfg: RunConfig, gpus: int | None = None) -> StageMemory:
+    """The memory per GPU of ``cfg``'s largest pipeline stage on ``gpus`` GPUs (None: TP x PP,
+    data-parallel 1), from its model built on the meta device (``training.show``'s build)."""
+    from training.show import _meta_model
+
+    m, par = cfg.model, cfg.parallel
+    tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
+    _, model = _meta_model(cfg)
+    params = split_parameters(model)
+    vocab = next(shape[0] for name, shape, _ in params if name == "embedding.word_embeddings.weight")
+    counts = count_parameters(params, m.num_layers, tp, pp, tied=not m.untie_embeddings_and_output_weights)
+    return peak_stage(activation_memory(cfg, vocab, counts, (gpus or tp * pp) // (tp * pp)))

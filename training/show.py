@@ -107,7 +107,6 @@ def memory_lines(cfg: RunConfig, counts: Any, vocab: int, dp: int) -> list[str]:
     ]
 
 
-
 def _single_stage(cfg: RunConfig) -> RunConfig:
     import dataclasses
 
