@@ -1,7 +1,9 @@
 """Run a sweep's pending runs on this machine, K slots at a time, until each is final or out of retries.
 
 A slot (a GPU, or a share of the CPU cores) holds up to ``executor.runs_per_gpu`` runs. Packed
-GPU runs start only when their GPU has the memory for one more (``launch.gpu_share``), a run
+GPU runs start only when their GPU has the memory for one more (``launch.gpu_share``: the run's
+estimate from ``training.footprint`` unless ``executor.gpu_memory_mib`` says), a GPU run whose
+estimate alone exceeds its GPU is refused before it starts (exit 2), a run
 that runs out of GPU memory beside others is started again later (its slot then takes fewer
 at a time) without counting as a failure, and CUDA MPS is started for them where the node
 allows it. Single-threaded on purpose: children are started from the main thread so that their
@@ -30,7 +32,16 @@ from tqdm import tqdm
 from jobscripts.scripts import SlurmOptions
 from launch import attempts
 from launch.errors import LaunchError
-from launch.gpu_share import MemoryProbe, Mps, find_gpu, nvidia_smi_gpus, start_mps
+from launch.gpu_share import (
+    PACKING_MARGIN,
+    MemoryProbe,
+    Mps,
+    RunMemory,
+    find_gpu,
+    nvidia_smi_gpus,
+    run_memory,
+    start_mps,
+)
 from launch.launchers import SHUTDOWN_TIMEOUT_ENV, Topology, grace_note, torchrun_command
 from launch.outcomes import (
     DISK_FULL_ERRNOS,
@@ -44,6 +55,7 @@ from launch.outcomes import (
 )
 from launch.processes import forwarding_signals, start_child
 from launch.resources import Slot, make_slots
+from launch.run_configs import RunConfigs
 from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
@@ -56,7 +68,7 @@ POLL_SECONDS = 0.1
 OUTPUT_LOG = Path("launch") / "output.log"
 MEMORY_RETRY_SECONDS = 2.0  # between free-memory queries while every slot with room lacks memory
 MEMORY_SETTLE_SECONDS = 120.0  # a run counts as holding its memory after its first metrics row, or this long
-AUTO_MEMORY_SHARE = 0.9  # gpu_memory_mib 0 when packing: this fraction of the GPU / runs_per_gpu
+AUTO_MEMORY_SHARE = 0.9  # gpu_memory_mib 0 when packing and no estimate: this fraction of the GPU / runs_per_gpu
 
 
 @dataclass
@@ -157,6 +169,11 @@ class LocalExecutor:
             MemoryProbe() if on_gpus and (ex.gpu_memory_mib or ex.runs_per_gpu > 1) else None
         )
         self.next_memory_check = 0.0
+        self.fits = MemoryProbe() if on_gpus and self.memory is None else None  # totals for the fit check
+        self.totals: dict[int, Optional[int]] = {}  # slot -> GPU memory (MiB), read once for the fit check
+        self.estimates: dict[str, Optional[RunMemory]] = {}  # run id -> its estimate (None: none could be made)
+        self.estimated: dict[str, Optional[RunMemory]] = {}  # config identity -> estimate
+        self.configs: dict[str, RunConfigs] = {}
         self.waiting = ""  # the last "waiting for memory" note printed
         self.mps: Optional[Mps] = None
         self.active: list[_Active] = []
@@ -176,7 +193,7 @@ class LocalExecutor:
             with forwarding_signals(lambda: [a.proc for a in self.active]) as received:
                 while self.active or (self.todo and not (received or self.result.disk_full)):
                     while self.todo and not (received or self.result.disk_full):
-                        slot = self._pick_slot()
+                        slot = self._pick_slot(self.todo[0])
                         if slot is None:
                             break
                         run = self.todo.popleft()
@@ -232,24 +249,58 @@ class LocalExecutor:
     def _load(self, slot: Slot) -> int:
         return sum(1 for a in self.active if a.slot.index == slot.index)
 
-    def _pick_slot(self) -> Optional[Slot]:
-        """The least loaded slot with room for one more run (and, on a GPU, its memory), or None."""
+    def _pick_slot(self, run: PlannedRun) -> Optional[Slot]:
+        """The least loaded slot with room for one more run (and, on a GPU, ``run``'s memory), or None."""
         open_slots = sorted(
             (s for s in self.slots if self._load(s) < self.capacity[s.index]), key=lambda s: (self._load(s), s.index)
         )
+        if open_slots and open_slots[0].gpus and self.fits is not None:
+            self._check_fits(run, open_slots[0])
         if not open_slots or self.memory is None or not open_slots[0].gpus:
             return open_slots[0] if open_slots else None
         if time.monotonic() < self.next_memory_check:
             return None
         for slot in open_slots:
-            if self._has_memory(slot):
+            if self._has_memory(slot, run):
                 return slot
         self.next_memory_check = time.monotonic() + MEMORY_RETRY_SECONDS
         return None
 
-    def _has_memory(self, slot: Slot) -> bool:
-        """Free memory on the slot's GPU(s) covers one more run, after the runs still starting
-        there (their memory not yet allocated) are counted as holding theirs."""
+    def _estimate(self, run: PlannedRun) -> Optional[RunMemory]:
+        """``run``'s memory per GPU from its config (``launch.gpu_share.run_memory``), computed once
+        per distinct model, layout and batch; None (said once) where its config cannot give one."""
+        if run.run_id in self.estimates:
+            return self.estimates[run.run_id]
+        call = self.plan.train_invocation(self.sweep_dir, run)
+        estimate = None
+        try:
+            configs = self.configs.setdefault(call.config, RunConfigs(call.config))
+            cfg = configs.load(call.overrides)
+            key = repr((cfg.model, cfg.parallel, cfg.training.micro_batch_size, cfg.training.global_batch_size,
+                        cfg.training.precision, cfg.optimizer.name, cfg.optimizer.sgd_momentum > 0))  # fmt: skip
+            if key not in self.estimated:
+                self.estimated[key] = run_memory(cfg, self.plan.executor.gpus_per_run)
+            estimate = self.estimated[key]
+        except (LaunchError, ValueError, OSError) as exc:
+            self._note(f"{run.run_id}: no memory estimate ({str(exc).splitlines()[0][:200]}); "
+                       "its GPU memory is not checked against it")  # fmt: skip
+        self.estimates[run.run_id] = estimate
+        return estimate
+
+    def _check_fits(self, run: PlannedRun, slot: Slot) -> None:
+        """Refuse (LaunchError, exit 2) a run whose estimate alone is more than its GPU has."""
+        assert self.fits is not None
+        if slot.index not in self.totals:
+            read = self.fits.slot_memory(slot.gpus)
+            self.totals[slot.index] = read[1] if read is not None else None
+        total = self.totals[slot.index]
+        estimate = self._estimate(run) if total is not None else None
+        if estimate is not None and total is not None:
+            estimate.refuse_above(total, f"{run.run_id}: ", ",".join(slot.gpus))
+
+    def _has_memory(self, slot: Slot, run: PlannedRun) -> bool:
+        """Free memory on the slot's GPU(s) covers ``run``, after the runs still starting there
+        (their memory not yet allocated) are counted as holding what they need."""
         assert self.memory is not None
         read = self.memory.slot_memory(slot.gpus)
         if read is None:
@@ -258,25 +309,40 @@ class LocalExecutor:
                 self.memory = None
             return True
         free, total = read
-        need = self.plan.executor.gpu_memory_mib or int(AUTO_MEMORY_SHARE * total / self.plan.executor.runs_per_gpu)
-        if need > total:
+        if self.plan.executor.gpu_memory_mib > total:
             raise LaunchError(
-                f"executor.gpu_memory_mib={need} is more than GPU {','.join(slot.gpus)} has ({total} MiB)"
+                f"executor.gpu_memory_mib={self.plan.executor.gpu_memory_mib} is more than GPU "
+                f"{','.join(slot.gpus)} has ({total} MiB)"
             )
-        starting = sum(1 for a in self.active if a.slot.index == slot.index and not self._settled(a))
-        if free - need * starting >= need:
+        estimate = self._estimate(run)
+        if estimate is not None:
+            estimate.refuse_above(total, f"{run.run_id}: ", ",".join(slot.gpus))
+        need, why = self._need(run, estimate, total)
+        starting = [a for a in self.active if a.slot.index == slot.index and not self._settled(a)]
+        if free - sum(self._need(a.run, self.estimates.get(a.run.run_id), total)[0] for a in starting) >= need:
             self.waiting = ""
             return True
         note = (
             f"waiting for GPU memory: slot {slot.index} (GPU {','.join(slot.gpus)}) has {free} MiB free"
-            + (f" with {starting} run(s) still starting there" if starting else "")
+            + (f" with {len(starting)} run(s) still starting there" if starting else "")
             + ("" if self._load(slot) else " and none of this sweep's runs (another process holds it)")
-            + f"; a run needs {need} MiB (executor.gpu_memory_mib)"
+            + f"; a run needs {need} MiB ({why})"
         )
         if note != self.waiting:
             self._note(note)
             self.waiting = note
         return False
+
+    def _need(self, run: PlannedRun, estimate: Optional[RunMemory], total: int) -> tuple[int, str]:
+        """Free MiB ``run`` waits for, and where the number comes from."""
+        ex = self.plan.executor
+        if ex.gpu_memory_mib:
+            return ex.gpu_memory_mib, "executor.gpu_memory_mib"
+        if estimate is not None:
+            return estimate.need_mib, f"{estimate.note()}, x {PACKING_MARGIN} when packing"
+        return int(
+            AUTO_MEMORY_SHARE * total / ex.runs_per_gpu
+        ), f"{AUTO_MEMORY_SHARE:.0%} of the GPU / executor.runs_per_gpu"
 
     def _settled(self, item: _Active) -> bool:
         """The run has allocated its memory: it logged a step since it started (its metrics.jsonl

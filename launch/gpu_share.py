@@ -232,3 +232,54 @@ def start_mps(sweep_dir: Path, client_env: Mapping[str, str]) -> Mps:
                           "packed runs time-slice the GPU")  # fmt: skip
     mps.message = f"CUDA MPS on: {'reusing the' if reused else 'started a'} control daemon (pipe {pipe}, logs {logs})"
     return mps
+
+
+# ----------------------------------------------------------------------------- a run's memory
+
+PACKING_MARGIN = 1.1  # on the estimate when packing: the caching allocator's fragmentation, workspaces
+
+
+@dataclass(frozen=True)
+class RunMemory:
+    """What one run of a config needs on each of its GPUs (``training.footprint``'s estimate)."""
+
+    peak_mib: int  # model states + activations of the largest pipeline stage
+    states_mib: int
+    activations_mib: int
+    context_mib: int  # the CUDA context's allowance (training.footprint.CUDA_CONTEXT_MIB)
+    micro_batch: int
+    recompute: str
+
+    @property
+    def need_mib(self) -> int:
+        """Free memory a packed run waits for: the estimate with a margin, and its CUDA context."""
+        return int(PACKING_MARGIN * self.peak_mib) + 1 + self.context_mib
+
+    def note(self) -> str:
+        return (
+            f"estimated {self.peak_mib + self.context_mib} MiB per GPU: model states {self.states_mib} + activations "
+            f"{self.activations_mib} + CUDA context {self.context_mib} MiB (training.footprint; python -m training.show)"
+        )
+
+    def refuse_above(self, total_mib: int, where: str, gpu: str) -> None:
+        """:class:`LaunchError` naming the keys when the estimate alone exceeds the GPU."""
+        from launch.errors import LaunchError
+
+        if self.peak_mib + self.context_mib > total_mib:
+            raise LaunchError(
+                f"{where}training.micro_batch_size={self.micro_batch} (model.recompute={self.recompute}): "
+                f"{self.note()} is more than GPU {gpu} has ({total_mib} MiB); lower training.micro_batch_size "
+                "or set model.recompute"
+            )
+
+
+def run_memory(cfg: object, gpus: int) -> RunMemory:
+    """The estimate for one run of ``cfg`` (a ``RunConfig``) on ``gpus`` GPUs."""
+    from training.footprint import CUDA_CONTEXT_MIB, MIB, config_peak
+
+    stage = config_peak(cfg, gpus)  # type: ignore[arg-type]
+    model = cfg.model  # type: ignore[attr-defined]
+    return RunMemory(
+        -(-stage.peak // MIB), -(-stage.model_states // MIB), -(-stage.activations_peak // MIB), CUDA_CONTEXT_MIB,
+        cfg.training.micro_batch_size, model.recompute,  # type: ignore[attr-defined]
+    )  # fmt: skip

@@ -30,7 +30,7 @@ class ExecutorSettings:
     start: str = "exec"  # local runs: exec a new python, or fork one that imported the trainer (launch.warm_start)
     # Packing: runs sharing one slot (a GPU, or a CPU slot's threads) at a time, so runs at a
     # time = slots x runs_per_gpu. A GPU run starts only when its GPU has gpu_memory_mib free
-    # (0: 90% of the GPU's memory / runs_per_gpu when packing, no check otherwise).
+    # (0 when packing: the run's estimate, launch.gpu_share.RunMemory; no check otherwise).
     runs_per_gpu: int = 1
     gpu_memory_mib: int = 0
     mps: str = "auto"  # packed GPU runs: auto = start CUDA MPS where the node allows it (reported), off = never

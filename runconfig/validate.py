@@ -92,10 +92,18 @@ def validate(cfg: RunConfig, device: Optional[str] = None) -> None:
             )
     if m.cuda_graphs and m.compile:
         raise ValueError("model.cuda_graphs: not with model.compile (one or the other: both are untested together)")
-    if m.recompute == "full" and m.recompute_num_layers > m.num_layers // par.pipeline_model_parallel_size:
+    stage_layers = m.num_layers // par.pipeline_model_parallel_size
+    if m.recompute == "full" and m.recompute_num_layers > stage_layers:
         raise ValueError(
             f"model.recompute_num_layers: {m.recompute_num_layers} exceeds the layers per pipeline stage "
-            f"({m.num_layers // par.pipeline_model_parallel_size})"
+            f"({stage_layers})"
+        )
+    if m.recompute == "full" and stage_layers % m.recompute_num_layers:
+        # megatron-core 0.16.1's uniform method checkpoints chunks of exactly this many layers:
+        # a last, shorter chunk ends in an IndexError at the first forward
+        raise ValueError(
+            f"model.recompute_num_layers: {m.recompute_num_layers} does not divide the layers per pipeline "
+            f"stage ({stage_layers})"
         )
     if m.recompute == "selective" and not m.recompute_modules:
         raise ValueError("model.recompute_modules: name at least one module for model.recompute=selective")

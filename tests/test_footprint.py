@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import TINY, tiny_config
+from tests.conftest import REPO, TINY, tiny_config
 
 # Llama-2-7B's shape: 32 layers, width 4096, 32 heads of 128, SwiGLU 11008, vocabulary 32000, RoPE,
 # RMSNorm, no biases, untied output (6,738,415,616 parameters, the published 6.74B).
@@ -219,3 +219,73 @@ def test_show_refuses_a_gpu_count_the_layout_cannot_use(megatron, capsys, gpus, 
     code = main(["--config", str(TINY), "--gpus", gpus, "parallel.tensor_model_parallel_size=2",
                  "parallel.pipeline_model_parallel_size=2"])  # fmt: skip
     assert code == 2 and needle in capsys.readouterr().err
+
+
+def test_activations_of_the_350m_config_by_hand():
+    """configs/gpt_350m_gpu.yaml (24 x 1024, 16 heads of 64, sequence 2048, micro-batch 8, bf16,
+    RoPE, gelu, LayerNorm, no biases, cuDNN attention on the GPU path), counted by hand."""
+    from training.footprint import ActivationShape
+
+    cfg = tiny_config("model.vocab_size=50304", path=REPO / "configs" / "gpt_350m_gpu.yaml")
+    shape = ActivationShape.of(cfg, 50304)
+    n, sbh = 2048 * 8, 2048 * 8 * 1024 * 2  # tokens; one s*b*h bf16 tensor
+    # per layer, in s*b*h: 2 norm inputs + 2 norm outputs (QKV's, fc1's inputs) + the QKV
+    # projection (3, v is a view of it) + rotated q and k (2) + the kernel's output, which is
+    # also the output projection's input (1) + gelu's input and output (4 + 4) = 18; the norms'
+    # fp32 mean and rstd 4 x n x 4; cuDNN's fp32 logsumexp 8 x 16 heads x 2048 x 4
+    layer = 18 * sbh + 4 * n * 4 + 8 * 16 * 2048 * 4
+    assert shape.layer() == layer == 605_290_496  # 577.25 MiB
+    # + token ids 8n; final norm and output-layer input 2 sbh + 2n x 4; fp32 softmax n V 4;
+    # target mask and ids 9n; the toolkit's RoPE cos and sin, once: 2 x 2048 x 64 x 2
+    saved = 24 * layer + 8 * n + 2 * sbh + 8 * n + n * 50304 * 4 + 9 * n + 2 * 2048 * 64 * 2
+    assert shape.stage(0, 16) == (1, saved, n * 50304 * 2)  # peak: + the bf16 logits
+    assert saved == 17_891_737_600  # 16.66 GiB; peak 18.20 GiB
+
+
+def test_pipeline_stages_hold_their_in_flight_micro_batches():
+    """1F1B: stage k of P holds min(P - k, M) micro-batches; every stage but the last keeps its
+    output per micro-batch; the first holds the token ids, the last the loss."""
+    from training.footprint import ActivationShape
+
+    base = ("model.num_layers=8", "model.position_embedding_type=rope", "parallel.device=cuda",
+            "training.precision=bf16", "parallel.tensor_model_parallel_size=2",
+            "parallel.sequence_parallel=true", "parallel.pipeline_model_parallel_size=4")  # fmt: skip
+    shape = ActivationShape.of(tiny_config(*base), 512)
+    layer, hidden = shape.layer(), shape.hidden
+    assert hidden == 64 * 4 * 64 * 2 // 2  # s b h e, sequence split over TP=2
+    head = shape.head()
+    tables = 2 * 64 * 16 * 2
+    got = [shape.stage(k, 2) for k in range(4)]  # M = 2 micro-batches per step
+    assert [g[0] for g in got] == [2, 2, 2, 1]
+    assert got[0][1] == 2 * (2 * layer + shape.embedding() + hidden) + tables
+    assert got[1][1] == got[2][1] == 2 * (2 * layer + hidden) + tables
+    assert got[3][1] == 2 * layer + head + tables
+    assert got[3][2] == 64 * 4 * 256 * 2  # the bf16 logits of the vocabulary's TP half
+
+
+@pytest.mark.parametrize(
+    "recompute,kept",
+    [
+        (("model.recompute=full",), "chunk inputs"),
+        (("model.recompute=full", "model.recompute_num_layers=2"), "chunk inputs"),
+        (("model.recompute=selective", "model.recompute_modules=[core_attn,mlp]"), "layer"),
+    ],
+)
+def test_recompute_trades_saved_bytes_for_a_recomputed_transient(recompute, kept):
+    from training.footprint import ActivationShape
+
+    cfg = tiny_config("parallel.device=cuda", "training.precision=bf16", *recompute)  # 4 layers
+    shape, plain = ActivationShape.of(cfg, 512), ActivationShape.of(tiny_config("parallel.device=cuda"), 512)
+    _, saved, transient = shape.stage(0, 1)
+    _, plain_saved, _ = plain.stage(0, 1)
+    outside = plain_saved - 4 * plain.layer()
+    if kept == "chunk inputs":  # one s*b*h per chunk; in backward one chunk is recomputed
+        chunk = cfg.model.recompute_num_layers
+        assert saved == outside + 4 // chunk * shape.hidden
+        assert transient == max(64 * 4 * 512 * 2, chunk * plain.layer() - plain.head())
+    else:  # the MLP's activations go; the core attention keeps its inputs and output, so with a
+        # fused kernel only its fp32 logsumexp (b heads s x 4) goes
+        assert saved == outside + 4 * shape.layer(shape.modules)
+        assert shape.layer(shape.modules) == plain.layer() - plain.mlp_bytes(False) - 4 * 4 * 64 * 4
+        recomputed = plain.layer() - shape.layer(shape.modules)  # one layer's, in backward
+        assert transient == max(64 * 4 * 512 * 2, recomputed - plain.head())

@@ -197,6 +197,51 @@ def test_a_run_needing_more_memory_than_the_gpu_has_stops_the_sweep(tmp_path, mo
     assert "executor.gpu_memory_mib=90000 is more than GPU 5 has (81559 MiB)" in capsys.readouterr().err
 
 
+def _estimate(sweep_dir: Path):
+    """The memory estimate of the sweep's first run, from its config as the executor loads it."""
+    from launch.run_configs import load_run_config
+
+    plan = read_plan(sweep_dir)
+    call = plan.train_invocation(sweep_dir, plan.runs[0])
+    return gpu_share.run_memory(load_run_config(call.config, call.overrides), 1)
+
+
+@pytest.mark.parametrize("runs_per_gpu", [1, 2])
+def test_a_run_whose_estimate_exceeds_the_gpu_is_refused_before_it_starts(tmp_path, monkeypatch, capsys, runs_per_gpu):
+    """The tiny config needs its CUDA context's 600 MiB and a few more: on a GPU of 500 MiB
+    no run starts, packed or not, and the message names the keys to change."""
+    _gpus(tmp_path, monkeypatch, {"5": 500}, total=500)
+    sweep_dir = tmp_path / "sw"
+    assert _sweep(_spec(tmp_path, 2, runs_per_gpu=runs_per_gpu), sweep_dir) == 2
+    err = capsys.readouterr().err
+    estimate = _estimate(sweep_dir)
+    assert f"training.micro_batch_size=4 (model.recompute=none): estimated {estimate.peak_mib + 600} MiB per GPU" in err
+    assert "is more than GPU 5 has (500 MiB); lower training.micro_batch_size or set model.recompute" in err
+    assert _spans(sweep_dir) == []
+
+
+def test_packed_runs_wait_for_their_estimated_memory(tmp_path, monkeypatch, capsys):
+    """executor.gpu_memory_mib unset: a packed run waits for its estimate x 1.1 + the CUDA
+    context (here about 0.7 GiB), not for 90% of the GPU / runs_per_gpu (36.7 GiB): 20000 MiB
+    free lets both runs start at once (with 90% / 2 they would wait until nvidia-smi's 6th
+    answer says 79000 MiB free)."""
+    table = _gpus(tmp_path, monkeypatch, {"5": 20000})
+    later = tmp_path / "later.csv"
+    _write_table(later, {"5": 79000})
+    monkeypatch.setenv("FAKE_GPU_TABLE_LATER", str(later))
+    monkeypatch.setenv("FAKE_LATER_FROM", "6")
+    monkeypatch.setenv("FAKE_STARTUP_SECONDS", "0.5")
+    sweep_dir = tmp_path / "sw"
+    assert _sweep(_spec(tmp_path, 2, runs_per_gpu=2), sweep_dir) == 0
+    estimate = _estimate(sweep_dir)
+    assert estimate.need_mib == int(1.1 * estimate.peak_mib) + 1 + 600 < 20000 // 2
+    spans = _spans(sweep_dir)
+    freed = Path(f"{table}.freed")
+    assert len(spans) == 2 and (not freed.exists() or max(s["t0"] for s in spans) < float(freed.read_text()))
+    assert _most_at_once(spans) == 2  # the second started while the first was still starting
+    assert "waiting for GPU memory" not in capsys.readouterr().err
+
+
 def test_runs_still_starting_count_as_holding_their_memory(tmp_path, monkeypatch):
     """9000 MiB free, 4000 per run, 3 seats: the second run starts at once (9000 - 4000 >= 4000);
     the third waits until one of the first two is past its start-up (it has logged a step)."""

@@ -90,6 +90,7 @@ def test_cuda_graph_switch_is_off_on_the_cpu_placement():
         (("parallel.device=cpu", "model.cuda_graphs=true"), "model.cuda_graphs: needs the GPU path"),
         (("model.cuda_graphs=true", "model.compile=true"), "model.cuda_graphs: not with model.compile"),
         (("model.recompute=full", "model.recompute_num_layers=5"), "model.recompute_num_layers: 5 exceeds"),
+        (("model.recompute=full", "model.recompute_num_layers=3"), "model.recompute_num_layers: 3 does not divide"),
         (("model.recompute=selective", "model.recompute_modules=[]"), "model.recompute_modules: name at least"),
         (("model.recompute_modules=[attention]",), "model.recompute_modules"),
         (("model.recompute=partial",), "model.recompute"),

@@ -4,7 +4,8 @@ The model is built on the ``meta`` device (no memory, no init), so the table of 
 multi-billion-parameter config prints in seconds and lists megatron's real parameter names.
 Below the table: parameter counts (total, per GPU at the config's TP and PP), model-state
 memory per GPU (``training.footprint``; ``--gpus N`` gives the data-parallel size the
-distributed optimizer shards over) and model FLOPs per token and step (``training.flops``).
+distributed optimizer shards over), activation memory per GPU and the peak of the largest
+pipeline stage (``training.footprint.activation_memory``) and model FLOPs per token and step (``training.flops``).
 ``--json`` prints the table alone (the same JSON as a run's ``parametrization.json``).
 """
 
@@ -72,11 +73,37 @@ def size_lines(cfg: RunConfig, params: list[tuple[str, list[int], bool]], gpus: 
         f"per GPU at TP={tp} PP={pp} (largest pipeline stage): {counts.per_gpu:,} parameters; "
         f"{tp * pp * dp} GPU(s), DP={dp}" + ("" if gpus else " (--gpus N for another data-parallel size)"),
         f"model states per GPU: weights {b.weights} + grads {b.grads} + optimizer {b.optimizer}{sharded} = "
-        f"{b.per_parameter:.4g} bytes/parameter = {counts.per_gpu * b.per_parameter / GIB:.3g} GiB "
-        "(activations, CUDA context and communication buffers not included)",
+        f"{b.per_parameter:.4g} bytes/parameter = {counts.per_gpu * b.per_parameter / GIB:.3g} GiB",
+        *memory_lines(cfg, counts, vocab, dp),
         f"model FLOPs per token, forward + backward: {full / 1e9:.4g} GFLOP (full attention matrix, the MFU "
         f"numerator; Megatron-LM 0.16.1 counts the causal half: {causal / 1e9:.4g} GFLOP); "
         f"per step ({tokens:,} tokens): {full * tokens:.4g} FLOP",
+    ]
+
+
+def memory_lines(cfg: RunConfig, counts: Any, vocab: int, dp: int) -> list[str]:
+    """Activations and the peak per GPU (``training.footprint.activation_memory``)."""
+    from training.footprint import CUDA_CONTEXT_MIB, GIB, MIB, ActivationShape, activation_memory, peak_stage
+
+    m = cfg.model
+    if m.transformer_impl != "local":
+        return [f"activations: not estimated for model.transformer_impl={m.transformer_impl} (the local layers only)"]
+    shape = ActivationShape.of(cfg, vocab)
+    worst = peak_stage(activation_memory(cfg, vocab, counts, dp))
+    recompute = m.recompute + (f" {','.join(m.recompute_modules)}" if m.recompute == "selective" else "")
+    recompute += f" every {m.recompute_num_layers} layer(s)" if m.recompute == "full" else ""
+    precision = "bf16" if shape.bytes == 2 else "fp32"
+    eager = "; torch.compile and CUDA graphs not modeled" if m.compile or m.cuda_graphs else ""
+    where = f"stage {worst.stage} of {shape.pp}, " if shape.pp > 1 else ""
+    return [
+        f"activations per GPU ({where}micro-batch {shape.b} x sequence {shape.s}, {precision}, "
+        f"{shape.kernel} attention, recompute {recompute}; {worst.in_flight} micro-batch(es) in flight): "
+        f"saved for backward {worst.saved / GIB:.3g} GiB (one layer {shape.layer(shape.modules) / MIB:.4g} MiB, "
+        f"the loss's fp32 softmax {shape.tokens * (shape.vocab // shape.tp) * 4 / MIB:.4g} MiB), "
+        f"peak {worst.activations_peak / GIB:.3g} GiB{eager}",
+        f"peak per GPU: model states {worst.model_states / GIB:.3g} + activations {worst.activations_peak / GIB:.3g} "
+        f"= {worst.peak / GIB:.3g} GiB (not counted: the CUDA context, ~{CUDA_CONTEXT_MIB} MiB; NCCL buffers; the "
+        "allocator's fragmentation; cuBLAS/cuDNN workspaces; the backward's gradient temporaries)",
     ]
 
 
