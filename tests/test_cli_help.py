@@ -380,3 +380,14 @@ def test_eval_doc_synopses_list_every_option():
         actions = subparsers[sub]._actions
         have = {a.option_strings[-1] for a in actions if a.option_strings and a.help != argparse.SUPPRESS}
         assert have - {"--help"} - options == set(), f"docs/eval.md's synopsis of {sub} leaves these out"
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run must call the README's test command (the Quick start's `python -m pytest ...` line,
+    its options included): the suite CI times is the one the README promises."""
+    quick = ROOT.joinpath("README.md").read_text().split("## Quick start", 1)[1].split("```", 2)[1]
+    readme = [line.split("#", 1)[0].strip() for line in quick.splitlines() if line.startswith("python -m pytest")]
+    ci = [line.split("#", 1)[0].strip() for line in ROOT.joinpath(".ci/run").read_text().splitlines()]
+    assert len(readme) == 1 and readme[0] in ci, (readme, ci)
+    assert "-n" in shlex.split(readme[0])  # the workers come from pytest-xdist, pinned in requirements.txt
+    assert any(line.startswith("pytest-xdist==") for line in ROOT.joinpath("requirements.txt").read_text().splitlines())
