@@ -117,3 +117,25 @@ def test_throughput_switches_may_change_on_resume():
         del old["model"][key]
     assert config_differences(old, new) == []
     assert config_differences(old, to_dict(tiny_config("model.hidden_size=128"))) == ["model.hidden_size: 64 -> 128"]
+
+
+def test_layernorm_recompute_is_refused_on_a_gpu_without_transformer_engine(monkeypatch):
+    """megatron-core 0.16.1 marks every CheckpointWithoutOutput() as fp8 (``fp8 is not None`` of
+    its default False), whose forward then needs TE: without TE the trainer refuses the setting at
+    start-up (exit 2 naming the key) instead of a NameError at the first step. With TE (or another
+    module, or the CPU) nothing is refused. The first assertion pins megatron's behaviour: when it
+    fails, megatron fixed it and the refusal can go."""
+    from megatron.core.tensor_parallel import random as mcore_random
+
+    from training.session import SetupError, check_layernorm_recompute
+
+    assert mcore_random.CheckpointWithoutOutput().fp8 is True
+    cfg = tiny_config("parallel.device=cuda", "model.recompute=selective", "model.recompute_modules=[layernorm]")
+    monkeypatch.setattr(mcore_random, "HAVE_TE", False)
+    with pytest.raises(SetupError, match="model.recompute_modules: layernorm needs Transformer Engine"):
+        check_layernorm_recompute(cfg, "cuda")
+    check_layernorm_recompute(cfg, "cpu")
+    check_layernorm_recompute(tiny_config("parallel.device=cuda", "model.recompute=selective",
+                                          "model.recompute_modules=[core_attn, mlp]"), "cuda")  # fmt: skip
+    monkeypatch.setattr(mcore_random, "HAVE_TE", True)
+    check_layernorm_recompute(cfg, "cuda")

@@ -139,6 +139,26 @@ def setup_logging(run_dir: Path, is_main: bool) -> None:
     log.propagate = False
 
 
+def check_layernorm_recompute(cfg: RunConfig, device: str) -> None:
+    """Refuse ``model.recompute_modules: [layernorm]`` on a GPU without Transformer Engine.
+
+    megatron-core 0.16.1's ``CheckpointWithoutOutput()`` sets ``self.fp8 = fp8 is not None``, so
+    its default ``fp8=False`` marks it fp8 and its forward calls TE's ``FP8GlobalStateManager``: a
+    NameError at the first step where TE is not installed. Checked here, on the node that trains
+    (the login node that validated the sweep may lack TE where the GPU nodes have it)."""
+    m = cfg.model
+    if device != "cuda" or m.recompute != "selective" or "layernorm" not in m.recompute_modules:
+        return
+    from megatron.core.tensor_parallel import random as mcore_random
+
+    if not mcore_random.HAVE_TE:
+        raise SetupError(
+            "model.recompute_modules: layernorm needs Transformer Engine with megatron-core 0.16.1 (its "
+            "CheckpointWithoutOutput calls TE's FP8GlobalStateManager even without fp8), and it is not "
+            "installed here; recompute core_attn or mlp instead"
+        )
+
+
 def select_device(cfg: RunConfig) -> tuple[str, bool]:
     """(device, bf16) from ``parallel.device`` and ``training.precision`` (checked against the
     device by :func:`runconfig.validate.validate`); CPU thread settings."""
@@ -150,6 +170,7 @@ def select_device(cfg: RunConfig) -> tuple[str, bool]:
         validate(cfg, device)
     except ValueError as exc:
         raise SetupError(str(exc)) from exc
+    check_layernorm_recompute(cfg, device)
     bf16 = cfg.training.precision == "bf16" or (cfg.training.precision == "auto" and device == "cuda")
     if device == "cpu":
         threads = cpu_threads(par.cpu_threads)  # the config, else the slot's or the SLURM allocation's
