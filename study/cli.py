@@ -90,10 +90,10 @@ def main(args: argparse.Namespace) -> ExitCode:
     if args.plan:
         from study.preview import check_run_configs, plan_lines
 
-        checked = check_run_configs(s, Path(args.out or "demo_out").resolve() / "data")
-        for line in plan_lines(s):
+        check = check_run_configs(s, Path(args.out or "demo_out").resolve() / "data")
+        for line in plan_lines(s) + check.memory:
             print(line)
-        print(f"{checked} run configs (variant x preset x depth) checked")
+        print(f"{check.checked} run configs (variant x preset x depth) checked")
         return ExitCode.OK
     if args.workers is not None and args.workers < 1:
         raise LaunchError(f"--workers: must be >= 1, got {args.workers}")

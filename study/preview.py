@@ -19,6 +19,7 @@ import tempfile
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import yaml
 
@@ -45,10 +46,16 @@ def fixed_design(s: Study, seed: int = 0) -> list[Point]:
             results[p] = 4.0 + 0.1 * (p.log2_lr - optimum) ** 2 + rng.gauss(0.0, 0.02)
 
 
-def check_run_configs(s: Study, data_dir: Path) -> int:
+class ConfigCheck(NamedTuple):
+    checked: int  # run configs built and checked (variant x preset x depth)
+    memory: list[str]  # a GPU study's memory estimate per (variant, preset) at the deepest depth
+
+
+def check_run_configs(s: Study, data_dir: Path) -> ConfigCheck:
     """Build the run config of every (variant, preset, depth) at the first base LR, as the sweep
-    will, and check its layout on the study's device; returns how many were checked. Raises
-    :class:`LaunchError` naming the study, variant, preset and depth."""
+    will, and check its layout on the study's device, and a GPU study's memory at its deepest
+    depth against this machine's GPU (:func:`check_gpu_memory`). Raises :class:`LaunchError`
+    naming the study, variant, preset and depth."""
     from launch.commands import format_override
     from launch.run_configs import load_run_config
     from runconfig.validate import validate_layout
@@ -56,7 +63,7 @@ def check_run_configs(s: Study, data_dir: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="study_plan_") as tmp:
         base = Path(tmp) / "base.yaml"
         base.write_text(yaml.safe_dump(base_config(s, data_dir), sort_keys=False))
-        checked = 0
+        checked, deepest = 0, {}
         for variant, overrides in s.variants.items():
             for preset in s.presets:
                 for depth in s.depths:
@@ -71,7 +78,43 @@ def check_run_configs(s: Study, data_dir: Path) -> int:
                     except ValueError as exc:
                         raise LaunchError(f"{where}{exc}") from None
                     checked += 1
-    return checked
+                    deepest[variant, preset] = (where, cfg)  # depths ascend: the last is the largest
+    memory = check_gpu_memory(s, list(deepest.values())) if s.device == "cuda" else []
+    return ConfigCheck(checked, memory)
+
+
+def gpu_memory_lines(s: Study, deepest: list[tuple[str, object]], total_mib: Optional[int]) -> list[str]:
+    """The memory estimate of each (variant, preset) at the deepest depth (a run's memory grows
+    with depth), against ``total_mib`` when the GPU is known; :class:`LaunchError` naming the
+    study's keys when one run alone does not fit. The study's vocabulary is taken as the
+    tokenizer's full ``vocab_size`` (the corpus is not tokenized yet): an upper bound."""
+    from launch.gpu_share import run_memory
+
+    lines = []
+    for where, cfg in deepest:
+        cfg.model.vocab_size = s.vocab_size  # type: ignore[attr-defined]
+        mem = run_memory(cfg, 1)
+        if total_mib is not None and mem.peak_mib + mem.context_mib > total_mib:
+            raise LaunchError(
+                f"{where}{mem.note()} is more than the GPU has ({total_mib} MiB): lower the study file's "
+                f"micro_batch ({s.micro_batch}) or set model.recompute in a variant"
+            )
+        packed = f"; {s.runs_per_gpu} per GPU need {s.runs_per_gpu * mem.need_mib} MiB" if s.runs_per_gpu > 1 else ""
+        lines.append(f"{where}{mem.note()}{packed}")
+    return lines
+
+
+def check_gpu_memory(s: Study, deepest: list[tuple[str, object]]) -> list[str]:
+    """Refuse, before any data is prepared, a GPU study whose deepest run alone exceeds the
+    smallest GPU ``nvidia-smi`` lists here; where it lists none (a login node) the estimates are
+    only reported: the executor checks each run again before it starts (``launch.executor_local``)."""
+    from launch.gpu_share import nvidia_smi_gpus
+
+    gpus = nvidia_smi_gpus()
+    total = min(g.total_mib for g in gpus) if gpus else None
+    lines = gpu_memory_lines(s, deepest, total)
+    seen = f"against the smallest GPU here ({total} MiB)" if total else "not checked: nvidia-smi lists no GPU here"
+    return [f"GPU memory per run at the deepest depth ({seen}):", *lines]
 
 
 def arm_text(s: Study, arm: str) -> str:

@@ -18,6 +18,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 
@@ -361,6 +362,48 @@ def test_a_variant_key_the_trainer_refuses_stops_the_study_before_its_data(tmp_p
         assert err.startswith("error: study 'demo_quick': variants.half, preset sp, L=2: "), err
         assert "parametrization.width=yaida" in err
         assert not (out / "data").exists()
+
+
+def test_a_gpu_study_whose_deepest_run_does_not_fit_is_refused_before_its_data(tmp_path, monkeypatch, capsys):
+    """configs/studies/gpu_h100.yaml on a machine whose nvidia-smi lists a GPU: each preset's run at
+    the deepest depth (L=32) is estimated (training.footprint, the tokenizer's full vocabulary)
+    and checked before data prep. A GPU 1 MiB smaller than the estimate refuses the study (exit
+    2, naming the preset, the depth and the study's micro_batch); one exactly as large passes,
+    and --plan prints the estimate with 4 runs per GPU's need. Without a GPU, --plan still prints
+    the estimates and says they were not checked."""
+    from launch import gpu_share
+    from launch.__main__ import main
+    from launch.run_configs import load_run_config
+    from study.data import base_config
+    from study.spec import load_study
+
+    s = load_study("gpu_h100")
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(base_config(s, tmp_path / "data"), sort_keys=False))
+    cfg = load_run_config(base, ["model.num_layers=32", f"model.vocab_size={s.vocab_size}"], where="")
+    mem = gpu_share.run_memory(cfg, 1)
+    estimate = mem.peak_mib + mem.context_mib
+    out = tmp_path / "out"
+
+    def gpu(total: int | None) -> None:
+        listed = [gpu_share.GpuMemory("0", "GPU-0", total, total)] if total else None
+        monkeypatch.setattr(gpu_share, "nvidia_smi_gpus", lambda: listed)
+
+    gpu(estimate - 1)
+    for extra in (["--plan"], []):
+        assert main(["demo", "--study", "gpu_h100", "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: study 'gpu_h100': preset sp, L=32: estimated "), err
+        assert f"estimated {estimate} MiB per GPU" in err and "micro_batch (16)" in err
+        assert not (out / "data").exists()
+    gpu(estimate)
+    assert main(["demo", "--study", "gpu_h100", "--out", str(out), "--plan"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"GPU memory per run at the deepest depth (against the smallest GPU here ({estimate} MiB)):" in lines
+    assert f"study 'gpu_h100': preset ode, L=32: {mem.note()}; 4 per GPU need {4 * mem.need_mib} MiB" in lines
+    gpu(None)
+    assert main(["demo", "--study", "gpu_h100", "--out", str(out), "--plan"]) == 0
+    assert "(not checked: nvidia-smi lists no GPU here)" in capsys.readouterr().out
 
 
 def test_data_prep_failing_on_the_study_corpus_is_exit_2_naming_it(tmp_path, monkeypatch, capsys):
