@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO, TINY, env
 
@@ -221,3 +222,23 @@ def test_the_sample_order_check_sees_megatron_reshuffle_over_another_epoch(tmp_p
     assert type(build[4]).__name__ == "BlendedDataset"
     assert same_sample_order(build[4], build[6], 32)
     assert not same_sample_order(build[4], build[80], 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("distributed", [True, False])
+def test_a_gpu_branch_with_another_floor_and_peak_uses_the_branch_bounds(tmp_path, distributed):
+    """The GPU path (megatron's optimizer, a dist checkpoint; distributed optimizer or not): the
+    same hand computation as the CPU branch with another floor and peak."""
+    gpu = ["parallel.device=cuda", f"parallel.use_distributed_optimizer={str(distributed).lower()}"]
+    src, run = tmp_path / "A", tmp_path / "F"
+    out = train(src, *gpu, f"training.steps={SOURCE_STEPS}", f"checkpoint.interval={BRANCH_AT}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = branch(src, run, *gpu, "training.steps=9", "scheduler.wsd_decay_steps=3", "optimizer.min_lr_ratio=0.0",
+                 "optimizer.lr=0.0015")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    peaks, f = train_rows(src)[BRANCH_AT]["lr"], train_rows(run)
+    assert len(set(peaks.values())) > 1
+    for step, coeff in ((7, 1.0), (8, 2 / 3), (9, 1 / 3)):
+        for group, peak in peaks.items():
+            assert f[step]["lr"][group] == pytest.approx(coeff * 0.5 * peak, rel=1e-12), (step, group)
