@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,16 +133,17 @@ def test_a_cooldown_to_another_floor_and_peak_uses_the_branch_bounds_per_group(s
     max_lr/min_lr from A; the branch puts its own back, each role's factor kept. By hand, per group
     g with A's peak P_g (A's stable step 6) and WSD's anneal from step 6 over 3 steps: steps 7, 8, 9
     train at 0.5 P_g x (1, 2/3, 1/3) (floor 0); the old floor would give 0.5 P_g x 0.7 at step 8,
-    the old peak P_g at step 7. F's own checkpoint keeps the new bounds: its rerun is a no-op."""
+    the old peak P_g at step 7. F's own checkpoints keep the new bounds: F cut after step 7 and
+    resumed from its own checkpoint (not the source's) trains steps 8 and 9 as F did, bit for bit."""
     run = tmp_path / "F"
-    out = branch(
-        source,
-        run,
+    overrides = (
         "training.steps=9",
         "scheduler.wsd_decay_steps=3",
         "optimizer.min_lr_ratio=0.0",
         "optimizer.lr=0.0015",
+        "checkpoint.interval=1",
     )
+    out = branch(source, run, *overrides)
     assert out.returncode == 0, out.stderr[-3000:]
     a, f = train_rows(source), train_rows(run)
     peaks = a[BRANCH_AT]["lr"]
@@ -154,6 +156,19 @@ def test_a_cooldown_to_another_floor_and_peak_uses_the_branch_bounds_per_group(s
     assert f[7]["loss"] == a[7]["loss"] and f[8]["loss"] != a[8]["loss"]  # step 7's update is the first at 0.5 P
     state = json.loads((run / "checkpoints" / "step_00000009" / "common.json").read_text())
     assert state["config"]["optimizer"]["min_lr_ratio"] == 0.0 and state["config"]["optimizer"]["lr"] == 0.0015
+    cut = tmp_path / "F_cut"  # F as a kill after step 7 leaves it: its checkpoint of step 7, no summary
+    shutil.copytree(run, cut)
+    (cut / "summary.json").unlink()
+    for later in ("step_00000008", "step_00000009"):
+        shutil.rmtree(cut / "checkpoints" / later)
+    (cut / "checkpoints" / "latest").write_text("step_00000007\n")
+    out = branch(source, cut, *overrides)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed from" in out.stderr and "continued" not in out.stderr
+    g = train_rows(cut)
+    assert [(g[s]["loss"], g[s]["lr"]) for s in (8, 9)] == [(f[s]["loss"], f[s]["lr"]) for s in (8, 9)]
+    assert summary(cut)["branch_of"] == summary(run)["branch_of"]
+    assert summary(cut)["final_val_loss"] == summary(run)["final_val_loss"]
 
 
 def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
