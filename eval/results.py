@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rundir.contract import CANONICAL_KEYS, PARAMETRIZATION_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, TAIL_COLUMNS
+from rundir.contract import (
+    CANONICAL_KEYS,
+    PARAMETRIZATION_KEYS,
+    RECORD_COLUMNS,
+    RESULT_STATUSES,
+    RESULTS_FILE,
+    RUNS_DIR,
+    TAIL_COLUMNS,
+)
 from rundir.files import read_summary
 
 # Contract column -> the short name the analysis uses.
@@ -131,7 +139,10 @@ def read_results(path: str | Path, ignore_columns: list[str] | tuple[str, ...] =
     body = [(i + 2, rec) for i, rec in enumerate(records[1:]) if any(cell.strip() for cell in rec)]
     if not body:
         raise ResultsError(f"{path}: has a header but no rows (no runs recorded yet?)")
-    extra_keys = [h for h in header if h != "run_id" and h not in CANONICAL_COLUMNS and h not in TAIL_COLUMNS]
+    # every other column is a swept setting, but the records of a branch's source (docs/contracts.md)
+    extra_keys = [
+        h for h in header if h != "run_id" and h not in CANONICAL_COLUMNS and h not in TAIL_COLUMNS + RECORD_COLUMNS
+    ]
     parsed = [_parse_row(path, header, line, rec, extra_keys) for line, rec in body]
     rows = pd.DataFrame(parsed)
     _check_run_consistency(path, rows, extra_keys)

@@ -13,7 +13,10 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
+
+from rundir.files import checkpoint_step
 
 HASH_CHARS = 8
 MAX_PREFIX_CHARS = 96
@@ -28,6 +31,7 @@ PREFIX_PARTS: tuple[tuple[str, str, str], ...] = (
     ("optimizer.lr", "lr", "pow2"),
     ("parametrization.block_multiplier", "bm", "plain"),
     ("run.seed", "s", "plain"),
+    ("checkpoint.init_from", "from", "checkpoint"),  # a branch's source step (from12); its run: the keys above
 )
 
 
@@ -36,8 +40,13 @@ def canonical_json(overrides: Mapping[str, Any]) -> str:
 
 
 def label(value: Any, style: str = "plain") -> str:
-    """A short, filename-safe text for one value (2^-9 for 0.001953125 in style pow2)."""
-    if isinstance(value, bool):
+    """A short, filename-safe text for one value (2^-9 for 0.001953125 in style pow2; in style
+    checkpoint, a checkpoint folder's step and any other path's last part)."""
+    if style == "checkpoint" and isinstance(value, str):
+        name = PurePath(value).name
+        step = checkpoint_step(name)
+        text = str(step) if step is not None else name
+    elif isinstance(value, bool):
         text = str(value).lower()
     elif isinstance(value, float):
         text = f"{value:g}"

@@ -28,9 +28,13 @@ from launch.sweep_dir import orphan_run_dirs, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from runconfig import flatten, load_yaml
 from rundir.contract import (
+    BRANCH_COLUMNS,
     CANONICAL_KEYS,
     CONFIG_FILE,
+    CONTINUE,
     EVAL_AT_KEY,
+    INIT_FROM_KEY,
+    INIT_MODE_KEY,
     RESULT_STATUSES,
     RESULTS_FILE,
     STEPS_KEY,
@@ -39,7 +43,7 @@ from rundir.contract import (
     Status,
     canonical_values,
 )
-from rundir.files import read_metrics, read_summary
+from rundir.files import branch_source, read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
 RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states while holding it
@@ -167,16 +171,30 @@ def eval_points(
 
 
 def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> list[list[str]]:
-    extra_keys = sorted(k for k in plan.grid if k not in CANONICAL_KEYS)
-    table = [["run_id", *CANONICAL_KEYS, *extra_keys, *TAIL_COLUMNS]]
+    configs = {run.run_id: {**plan.fixed, **_run_config(run_dir(sweep_dir, run.run_id), run)} for run in plan.runs}
+    branches = any(cfg.get(INIT_MODE_KEY) == CONTINUE for cfg in configs.values())
+    extra_keys = sorted(k for k in plan.grid if k not in CANONICAL_KEYS and not (branches and k == INIT_FROM_KEY))
+    table = [["run_id", *CANONICAL_KEYS, *extra_keys, *(BRANCH_COLUMNS if branches else ()), *TAIL_COLUMNS]]
     for run in plan.runs:
         rd = run_dir(sweep_dir, run.run_id)
-        cfg = _run_config(rd, run)
+        cfg = configs[run.run_id]
         keys = [*canonical_values(cfg).values(), *(cfg.get(k) for k in extra_keys)]
+        if branches:
+            keys += _branch_cells(rd, cfg)
         status = RESULT_STATUS.get(states[run.run_id].status, Status.PENDING)
         for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
+
+
+def _branch_cells(rd: Path, cfg: Mapping[str, Any]) -> list[Any]:
+    """The :data:`BRANCH_COLUMNS` of a run: its source's step, run directory name and path (empty
+    for a run that continues nothing)."""
+    source = branch_source(rd, cfg.get(INIT_FROM_KEY)) if cfg.get(INIT_MODE_KEY) == CONTINUE else None
+    if source is None:
+        return [None, None, None]
+    where = source["run_dir"]
+    return [source["step"], Path(where).name if where else None, where]
 
 
 RESULTS_STALE = "results.stale"  # touched by a writer that found results.lock held: rewrite the file

@@ -28,7 +28,7 @@ from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
 from runconfig.validate import validate_layout
-from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, STEPS_KEY, canonical_values
+from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, INIT_FROM_KEY, STEPS_KEY, canonical_values
 
 # Grid value forms besides a plain list: {log2_range: [start, stop, step]} -> 2**start .. 2**stop.
 RANGE_BASES: dict[str, float] = {"log2_range": 2.0, "log10_range": 10.0}
@@ -144,6 +144,57 @@ def linked_rows(keys: tuple[str, ...], raw: Any, where: str) -> list[tuple[Any, 
     return rows
 
 
+# A grid entry checkpoint.init_from: {runs_of: SWEEP_DIR, step: S} branches every run of another
+# sweep: one row per run, its checkpoint at step S linked with that run's grid values.
+RUNS_OF = "runs_of"
+
+
+def runs_of_rows(raw: Mapping[str, Any], entry: str) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The linked keys (``checkpoint.init_from`` and the other sweep's grid keys) and one row per
+    run of that sweep: its checkpoint folder at ``step`` (absolute) and its grid values, so that a
+    branch has its source's depth, LR, seed... A run that ended (diverged) before ``step`` is left
+    out, said on stderr; one that has not got there yet, or whose checkpoint is gone, is refused."""
+    from launch.sweep_dir import read_plan, run_dir
+    from rundir.files import checkpoint_dir, checkpoint_steps, read_summary
+
+    if set(raw) != {RUNS_OF, "step"}:
+        raise LaunchError(f"{entry}: {RUNS_OF} needs exactly the keys ['{RUNS_OF}', 'step'], got {sorted(raw)}")
+    step = raw["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise LaunchError(f"{entry}: step: must be a positive integer (the checkpoint to branch from), got {step!r}")
+    source = Path(str(raw[RUNS_OF])).resolve()  # relative to the current directory, as --sweep-dir
+    try:
+        plan = read_plan(source)
+    except LaunchError as exc:
+        raise LaunchError(f"{entry}: {RUNS_OF}: {exc}") from None
+    keys = tuple(plan.grid)
+    rows, skipped, missing = [], [], []
+    for run in plan.runs:
+        rd = run_dir(source, run.run_id)
+        ckpt = checkpoint_dir(rd, step)
+        if step in checkpoint_steps(rd):
+            rows.append((str(ckpt), *(run.point[k] for k in keys)))
+            continue
+        summary = read_summary(rd)
+        if summary is not None and summary.final and summary.steps < step:
+            skipped.append(f"{run.run_id} ({summary.status} at step {summary.steps})")
+        elif summary is not None and summary.final:
+            missing.append(f"{run.run_id}: {summary.status} at step {summary.steps} and has no checkpoint {ckpt.name} "
+                           f"(kept: {checkpoint_steps(rd)}; the source needs checkpoint.interval dividing {step} "
+                           "and checkpoint.keep keeping it)")  # fmt: skip
+        else:
+            missing.append(f"{run.run_id}: has not reached step {step} yet (run the sweep {source} first)")
+    if missing:
+        raise LaunchError(f"{entry}: {len(missing)} run(s) of {source} have no checkpoint at step {step}:\n  "
+                          + "\n  ".join(missing))  # fmt: skip
+    if skipped:
+        print(f"[launch] {entry}: {len(skipped)} run(s) of {source} ended before step {step}, no branch: "
+              f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
+    if not rows:
+        raise LaunchError(f"{entry}: no run of {source} has a checkpoint at step {step}")
+    return (INIT_FROM_KEY, *keys), rows
+
+
 def fixed_gamma_shapes(options: Any, where: str) -> list[dict[str, int]]:
     """``{model.hidden_size: n, model.num_layers: L}`` per width at fixed gamma (see linked_rows)."""
     from patches.rules import depth_at_fixed_scale
@@ -182,12 +233,34 @@ def _check_keys(where: str, fixed: Mapping[str, Any], grid: Mapping[str, Any], a
                 )
 
 
-def _typed_row(base: RunConfigs, fixed: list[str], keys: tuple[str, ...], values: tuple[Any, ...], where: str) -> tuple:
+def _load_in_context(configs: RunConfigs, args: list[str], context: list[str], where: str) -> Any:
+    """The config of ``args``; where it fails alone, the config of ``context`` (other grid entries'
+    first values) then ``args``, so that a key needing another's value passes; if that fails too,
+    the error of ``args`` alone stands."""
+    try:
+        return configs.load(args, where=where)
+    except LaunchError as alone:
+        if not context:
+            raise
+        try:
+            return configs.load([*context, *args], where=where)
+        except LaunchError:
+            raise alone from None
+
+
+def _typed_row(
+    base: RunConfigs,
+    fixed: list[str],
+    keys: tuple[str, ...],
+    values: tuple[Any, ...],
+    where: str,
+    context: list[str] = (),  # type: ignore[assignment]
+) -> tuple:
     """``values`` of ``keys`` as the schema stores them (``'1e-3'`` -> 0.001, ``completep`` ->
     ``ode``), set together: the keys of a linked entry are one setting of the run (e.g.
     ``parametrization.preset=custom`` with its alpha and gamma, none valid without the others)."""
     args = [*fixed, *(format_override(k, v) for k, v in zip(keys, values))]
-    flat = flat_config(base.load(args, where=where))
+    flat = flat_config(_load_in_context(base, args, list(context), where))
     for key in keys:
         if key not in flat:
             raise LaunchError(f"{where}'{key}' is a section, not a single setting; name its keys one by one")
@@ -202,17 +275,36 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     if not base.is_file():
         raise LaunchError(f"{where}: base_config {spec.base_config!r} not found (looked for {base})")
     raw_fixed = flatten(dict(spec.overrides))
+    raw_axes: list[tuple[str, tuple[str, ...], list[tuple[Any, ...]]]] = []  # entry, its keys, raw rows
+    for key, raw in spec.grid.items():
+        keys = tuple(k.strip() for k in key.split(LINKED_KEY_SEPARATOR))
+        if keys == (INIT_FROM_KEY,) and isinstance(raw, Mapping) and RUNS_OF in raw:
+            keys, raw_rows = runs_of_rows(raw, f"{where}: grid entry '{key}'")
+        elif len(keys) > 1:
+            raw_rows = linked_rows(keys, raw, where)
+        else:
+            raw_rows = [(v,) for v in grid_values(key, raw, where)]
+        raw_axes.append((key, keys, raw_rows))
     member_keys: dict[str, None] = {}
-    for key in spec.grid:
-        for k in (k.strip() for k in key.split(LINKED_KEY_SEPARATOR)):
+    for _entry, keys, _ in raw_axes:
+        for k in keys:
             if k in member_keys:
                 raise LaunchError(f"{where}: grid key '{k}' appears in two grid entries; keep one")
             member_keys[k] = None
     _check_keys(where, raw_fixed, member_keys, spec.allow_grid_keys)
 
+    # A key can need another's value: checkpoint.init_mode=continue needs checkpoint.init_from,
+    # scheduler.decay_style=wsd its scheduler.wsd_decay_steps. Where the fixed overrides (or one
+    # entry's value) fail alone, they are checked again with the other entries' first values;
+    # every full grid point is checked below in any case.
+    first = {i: [format_override(k, v) for k, v in zip(keys, rows[0])] for i, (_, keys, rows) in enumerate(raw_axes)}
+
+    def context(skip: int = -1) -> list[str]:
+        return [arg for i, args in first.items() if i != skip for arg in args]
+
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
     configs = RunConfigs(base, where=f"{where}: overrides: ")  # the base file read and merged once
-    base_flat = flat_config(configs.load(fixed_args, where=f"{where}: overrides: "))
+    base_flat = flat_config(_load_in_context(configs, fixed_args, context(), f"{where}: overrides: "))
     for key in raw_fixed:
         if key not in base_flat:
             raise LaunchError(f"{where}: overrides: '{key}' is a section, not a single setting")
@@ -220,14 +312,17 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     fixed_args = [format_override(k, v) for k, v in fixed.items()]
 
     axes: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = []  # linked keys -> rows of values
-    for key, raw in spec.grid.items():
-        keys = tuple(k.strip() for k in key.split(LINKED_KEY_SEPARATOR))
+    for index, (key, keys, raw_rows) in enumerate(raw_axes):
         rows: list[tuple[Any, ...]] = []
-        raw_rows = linked_rows(keys, raw, where) if len(keys) > 1 else [(v,) for v in grid_values(key, raw, where)]
         for raw_row in raw_rows:
             shown_raw = raw_row[0] if len(keys) == 1 else list(raw_row)
             row = _typed_row(
-                configs, fixed_args, keys, tuple(raw_row), f"{where}: grid entry '{key}' value {shown_raw!r}: "
+                configs,
+                fixed_args,
+                keys,
+                tuple(raw_row),
+                f"{where}: grid entry '{key}' value {shown_raw!r}: ",
+                context(index),
             )
             if row in rows:
                 shown = row[0] if len(keys) == 1 else list(row)

@@ -24,6 +24,7 @@ _EXPORTS = {
     "configure_transformer_config": "patches.model",
     "resolved_of": "patches.model",
     "check_distinct_groups": "patches.optimizer",
+    "group_identifier": "patches.optimizer",
     "group_name": "patches.optimizer",
     "param_group_overrides": "patches.optimizer",
     "Parametrization": "patches.parametrization",

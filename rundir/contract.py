@@ -77,7 +77,7 @@ EXIT_OF_STATUS: dict[Status, ExitCode] = {
 SUMMARY_STATUSES: tuple[Status, ...] = tuple(EXIT_OF_STATUS)
 
 # Sweep directory: RUNS_DIR/<run id>/ holds each run directory (launch writes, eval reads them);
-# results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), TAIL_COLUMNS.
+# results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), [BRANCH_COLUMNS], TAIL_COLUMNS.
 RUNS_DIR = "runs"
 RESULTS_FILE = "results.csv"
 CANONICAL_KEYS: tuple[str, ...] = (
@@ -90,6 +90,15 @@ CANONICAL_KEYS: tuple[str, ...] = (
     "model.hidden_size",
 )
 TAIL_COLUMNS: tuple[str, ...] = ("status", "step", "fraction", "val_loss")
+# A sweep whose runs continue other runs' checkpoints (checkpoint.init_mode=continue) names each
+# run's source in these columns (summary.json's branch_of), in place of a swept checkpoint.init_from
+# (a path). The branch step is a setting of the run (branches from other steps are other runs to
+# compare); the source's run directory and its name (its run ID in a sweep) are records: the
+# source's own settings are the run's key columns already.
+INIT_MODE_KEY, INIT_FROM_KEY, CONTINUE = "checkpoint.init_mode", "checkpoint.init_from", "continue"
+BRANCH_STEP_COLUMN = "branch_of.step"
+RECORD_COLUMNS: tuple[str, ...] = ("branch_of.run_id", "branch_of.run_dir")
+BRANCH_COLUMNS: tuple[str, ...] = (BRANCH_STEP_COLUMN, *RECORD_COLUMNS)
 # Swept keys that, with parametrization.preset, say which parametrization a run is (preset
 # custom's depth exponents: docs/parametrization.md). At the base depth L = L0 they change nothing
 # (m_L = 1), so the analysis shares base-depth runs across them (eval.results.share_base_depth)

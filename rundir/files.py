@@ -269,6 +269,40 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
+def checkpoint_step(name: str) -> Optional[int]:
+    """The step of a checkpoint folder named ``name`` (:func:`step_dir_name`), else None."""
+    digits = name.removeprefix("step_")
+    return int(digits) if name.startswith("step_") and digits.isdecimal() else None
+
+
+def branch_source(run_dir: Path, init_from: Optional[str]) -> Optional[dict[str, Any]]:
+    """``{"run_dir", "step"}`` of the run a continued run branches from: ``summary.json``'s
+    ``branch_of``, else its own latest checkpoint's (a run in progress), else what its
+    ``checkpoint.init_from`` names now (a checkpoint folder, or a run directory's latest
+    checkpoint); None where none of them says."""
+    summary = read_summary(run_dir)
+    record = summary.branch_of if summary is not None else None
+    if record is None:
+        try:
+            own = latest_checkpoint(run_dir)
+            record = json.loads((own / COMMON_FILE).read_text()).get("branch_of") if own is not None else None
+        except (RunDirError, OSError, ValueError):
+            record = None
+    if record is not None:
+        return {"run_dir": record.get("run_dir"), "step": record.get("step")}
+    if not init_from:
+        return None
+    path = Path(init_from)
+    step = checkpoint_step(path.name)
+    if step is not None and path.parent.name == CHECKPOINTS_DIR:
+        return {"run_dir": str(path.parent.parent), "step": step}
+    try:
+        latest = latest_checkpoint(path)
+    except (RunDirError, OSError):
+        latest = None
+    return {"run_dir": str(path), "step": checkpoint_step(latest.name) if latest is not None else None}
+
+
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS_DIR / step_dir_name(step)
 

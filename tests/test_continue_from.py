@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO, TINY, env
 
 # WSD: 2 warmup steps, a stable phase, a linear decay over the last 4 steps to 0.1 x the peak.
 WSD = [
     "model.num_layers=2",
+    "parametrization.base_num_layers=1",  # L / L0 = 2: depth-muP gives the hidden matrices their own LR factor
     "scheduler.decay_style=wsd",
     "scheduler.warmup_steps=2",
     "scheduler.wsd_decay_steps=4",
@@ -124,6 +127,50 @@ def test_a_shorter_cooldown_branch_follows_the_wsd_formula(source, tmp_path):
     assert summary(run)["target_steps"] == 9 and summary(run)["final_val_loss"] is not None
 
 
+def test_a_cooldown_to_another_floor_and_peak_uses_the_branch_bounds_per_group(source, tmp_path):
+    """F continues A@6 with a 3-step cooldown to floor 0 (optimizer.min_lr_ratio 0.1 -> 0.0) at half
+    A's peak (optimizer.lr 0.003 -> 0.0015). Loading A's optimizer state restores every group's
+    max_lr/min_lr from A; the branch puts its own back, each role's factor kept. By hand, per group
+    g with A's peak P_g (A's stable step 6) and WSD's anneal from step 6 over 3 steps: steps 7, 8, 9
+    train at 0.5 P_g x (1, 2/3, 1/3) (floor 0); the old floor would give 0.5 P_g x 0.7 at step 8,
+    the old peak P_g at step 7. F's own checkpoints keep the new bounds: F cut after step 7 and
+    resumed from its own checkpoint (not the source's) trains steps 8 and 9 as F did, bit for bit."""
+    run = tmp_path / "F"
+    overrides = (
+        "training.steps=9",
+        "scheduler.wsd_decay_steps=3",
+        "optimizer.min_lr_ratio=0.0",
+        "optimizer.lr=0.0015",
+        "checkpoint.interval=1",
+    )
+    out = branch(source, run, *overrides)
+    assert out.returncode == 0, out.stderr[-3000:]
+    a, f = train_rows(source), train_rows(run)
+    peaks = a[BRANCH_AT]["lr"]
+    assert len(peaks) > 1 and len(set(peaks.values())) > 1  # groups with different LR factors
+    for step, coeff in ((7, 1.0), (8, 2 / 3), (9, 1 / 3)):
+        assert set(f[step]["lr"]) == set(peaks)
+        for group, peak in peaks.items():
+            want = 0.0 + coeff * (0.5 * peak - 0.0)  # min_lr + coeff (max_lr - min_lr), megatron's WSD
+            assert f[step]["lr"][group] == pytest.approx(want, rel=1e-12), (step, group)
+    assert f[7]["loss"] == a[7]["loss"] and f[8]["loss"] != a[8]["loss"]  # step 7's update is the first at 0.5 P
+    state = json.loads((run / "checkpoints" / "step_00000009" / "common.json").read_text())
+    assert state["config"]["optimizer"]["min_lr_ratio"] == 0.0 and state["config"]["optimizer"]["lr"] == 0.0015
+    cut = tmp_path / "F_cut"  # F as a kill after step 7 leaves it: its checkpoint of step 7, no summary
+    shutil.copytree(run, cut)
+    (cut / "summary.json").unlink()
+    for later in ("step_00000008", "step_00000009"):
+        shutil.rmtree(cut / "checkpoints" / later)
+    (cut / "checkpoints" / "latest").write_text("step_00000007\n")
+    out = branch(source, cut, *overrides)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed from" in out.stderr and "continued" not in out.stderr
+    g = train_rows(cut)
+    assert [(g[s]["loss"], g[s]["lr"]) for s in (8, 9)] == [(f[s]["loss"], f[s]["lr"]) for s in (8, 9)]
+    assert summary(cut)["branch_of"] == summary(run)["branch_of"]
+    assert summary(cut)["final_val_loss"] == summary(run)["final_val_loss"]
+
+
 def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     """Exit 2 before training, naming the source checkpoint and each key, with why."""
     folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
@@ -134,6 +181,7 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
         "model.num_layers=3",
         "parametrization.block_multiplier=2.0",
         "optimizer.name=adam",
+        "optimizer.adam_beta2=0.99",
         "training.global_batch_size=16",
         "data.seed=7",
     )
@@ -143,7 +191,8 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     for key in (
         "model.num_layers: 2 -> 3",
         "parametrization.block_multiplier: 1.0 -> 2.0",
-        "optimizer.name: 'adamw' -> 'adam'",
+        "optimizer.name: 'adamw' -> 'adam' (the optimizer state is the source optimizer's",
+        "optimizer.adam_beta2: 0.95 -> 0.99 (loading the optimizer state restores each group's betas",
         "training.global_batch_size: 8 -> 16 (the data position is the step count",
         "data.seed: 1234 -> 7",
     ):
@@ -188,3 +237,23 @@ def test_the_sample_order_check_sees_megatron_reshuffle_over_another_epoch(tmp_p
     assert type(build[4]).__name__ == "BlendedDataset"
     assert same_sample_order(build[4], build[6], 32)
     assert not same_sample_order(build[4], build[80], 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("distributed", [True, False])
+def test_a_gpu_branch_with_another_floor_and_peak_uses_the_branch_bounds(tmp_path, distributed):
+    """The GPU path (megatron's optimizer, a dist checkpoint; distributed optimizer or not): the
+    same hand computation as the CPU branch with another floor and peak."""
+    gpu = ["parallel.device=cuda", f"parallel.use_distributed_optimizer={str(distributed).lower()}"]
+    src, run = tmp_path / "A", tmp_path / "F"
+    out = train(src, *gpu, f"training.steps={SOURCE_STEPS}", f"checkpoint.interval={BRANCH_AT}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = branch(src, run, *gpu, "training.steps=9", "scheduler.wsd_decay_steps=3", "optimizer.min_lr_ratio=0.0",
+                 "optimizer.lr=0.0015")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    peaks, f = train_rows(src)[BRANCH_AT]["lr"], train_rows(run)
+    assert len(set(peaks.values())) > 1
+    for step, coeff in ((7, 1.0), (8, 2 / 3), (9, 1 / 3)):
+        for group, peak in peaks.items():
+            assert f[step]["lr"][group] == pytest.approx(coeff * 0.5 * peak, rel=1e-12), (step, group)

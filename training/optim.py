@@ -148,6 +148,28 @@ def build_scheduler(cfg: RunConfig, optimizer: object) -> OptimizerParamSchedule
     )
 
 
+def group_bounds(param_groups: Iterable[dict]) -> dict[tuple, tuple[float, float]]:
+    """Each group's ``(max_lr, min_lr)``, keyed as megatron matches groups to a checkpoint's
+    (``param_group_identifier_keys``; ``patches.check_distinct_groups`` keeps the key unique)."""
+    return {patches.group_identifier(g): (g["max_lr"], g["min_lr"]) for g in param_groups}
+
+
+def set_group_bounds(
+    param_groups: Iterable[dict], bounds: dict[tuple, tuple[float, float]], scheduler: OptimizerParamScheduler
+) -> None:
+    """Give the groups these peak and floor LRs and rewrite each group's current LR from them.
+
+    Loading an optimizer state restores every group's hyperparameters from the checkpoint,
+    ``max_lr`` / ``min_lr`` included (torch's ``load_state_dict``, megatron's
+    ``_filter_and_reorder_param_groups`` and the distributed optimizer's loader), and megatron's
+    scheduler reads the bounds from the groups, so ``override_opt_param_scheduler`` alone keeps
+    the checkpoint's peak and floor (Megatron-LM issue #1138). A branch therefore puts back the
+    bounds its own config built, per group (each role's factor kept), after loading."""
+    for g in param_groups:
+        g["max_lr"], g["min_lr"] = bounds[patches.group_identifier(g)]
+    scheduler.step(0)  # the LR the next step trains with, from the new bounds
+
+
 def group_lrs(param_groups: Iterable[dict], resolved: ResolvedParametrization) -> dict[str, float]:
     """Current LR of each group, keyed by the roles it holds (for metrics.jsonl)."""
     return {patches.group_name(g, resolved): float(g["lr"]) for g in param_groups}

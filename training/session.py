@@ -347,13 +347,16 @@ def continue_from(
     ``override_opt_param_scheduler=True``): megatron's ``OptimizerParamScheduler.load_state_dict``
     keeps the class values of peak and floor LR, warmup, decay steps and style (the WSD decay
     steps and style are never in its state) and takes only the step count from the checkpoint,
-    which is Megatron-LM's ``--override-opt_param-scheduler``. The data position is the step
+    which is Megatron-LM's ``--override-opt_param-scheduler``. Loading the optimizer state restores
+    each group's peak and floor LR from the source, so this run's own (``optimizer.lr`` x role factor,
+    x ``optimizer.min_lr_ratio``) are put back after it (``training.optim.set_group_bounds``). The data position is the step
     (step s reads samples [s*G, (s+1)*G)). Evaluations the source recorded at steps that are
     eval points of this run are carried over with this run's fractions. Returns the resume point
     and the record of the source (``checkpoint.branch_record``)."""
     from training import checkpoint
     from training.data import build_datasets, same_sample_order
     from training.loop_parts import EvalSchedule
+    from training.optim import group_bounds, set_group_bounds
 
     try:
         source = checkpoint.init_source(cfg.checkpoint.init_from)
@@ -389,10 +392,12 @@ def continue_from(
                 cfg.training.steps,
                 source.step,
             )
+    bounds = group_bounds(backend.param_groups)  # this run's peak and floor LR per group
     try:
         common = checkpoint.load(source.path, backend, scheduler, rank)
     except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
         raise SetupError(f"{where}: cannot load it: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    set_group_bounds(backend.param_groups, bounds, scheduler)
     points = EvalSchedule.of(cfg).points
     evals = tuple(
         {**e, "fraction": points[e["step"]]}
@@ -412,7 +417,9 @@ def continue_from(
 
 # What a continued run may set differently from the run it continues (beyond what a resume may):
 # the schedule (Megatron-LM's --override-opt_param-scheduler) and where it evaluates.
-BRANCH_CHANGES = ("training.steps", "scheduler.", "eval.at", "eval.interval")
+# The peak and floor LR are schedule values too: megatron's scheduler reads them from the groups,
+# which continue_from sets from this run's config after loading.
+BRANCH_CHANGES = ("training.steps", "scheduler.", "eval.at", "eval.interval", "optimizer.lr", "optimizer.min_lr_ratio")
 # Why the other keys cannot differ, by key prefix (the first match is said).
 CONTINUE_REFUSALS = (
     (
@@ -423,7 +430,16 @@ CONTINUE_REFUSALS = (
     ("training.micro_batch_size", "the source's micro-batches; the step's float rounding follows them"),
     ("model.", "the optimizer state belongs to the source's parameters: model shape or block"),
     ("parametrization.", "the optimizer state and LR per role belong to the source's parametrization"),
-    ("optimizer.", "the optimizer state and each group's peak and floor LR are the source optimizer's"),
+    ("optimizer.name", "the optimizer state is the source optimizer's (Adam moments or SGD momentum)"),
+    (
+        "optimizer.adam_",
+        "loading the optimizer state restores each group's betas and eps from the source: a new value would be ignored",
+    ),
+    (
+        "optimizer.",
+        "not a schedule key: a branch may change the peak and floor LR (optimizer.lr, optimizer.min_lr_ratio) "
+        "and the schedule, not the rest of the optimizer",
+    ),
     ("data.", "the data position is a position in the source's data (data set, tokenizer, order)"),
     ("run.seed", "the RNG state continues the source's"),
     ("parallel.", "the checkpoint's layout (a resume refuses it too)"),
