@@ -252,7 +252,7 @@ class CheckpointConfig:
     # (Megatron-LM's --pretrained-checkpoint with --finetune); a run with a checkpoint of its own resumes that
     init_from: Optional[str] = None
     # What a new run takes from checkpoint.init_from:
-    #   weights: the model weights only, at step 0 (Megatron-LM's --finetune);
+    #   weights: the model weights only, at step 0, into any TP/PP layout (Megatron-LM's --finetune);
     #   continue: everything a resume takes (weights, optimizer state, step count, RNG, so the data
     #     position), with this run's own schedule keys applied from that step on: training.steps,
     #     scheduler.*, eval.at, eval.interval, and the peak and floor LR optimizer.lr and

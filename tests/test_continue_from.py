@@ -257,3 +257,38 @@ def test_a_gpu_branch_with_another_floor_and_peak_uses_the_branch_bounds(tmp_pat
     for step, coeff in ((7, 1.0), (8, 2 / 3), (9, 1 / 3)):
         for group, peak in peaks.items():
             assert f[step]["lr"][group] == pytest.approx(coeff * 0.5 * peak, rel=1e-12), (step, group)
+
+
+def test_another_layout_or_the_other_path_is_refused_saying_why(source, tmp_path, monkeypatch, megatron):
+    """A CPU checkpoint's optimizer state is per rank, indexed by position: a continued run in
+    another layout exits 2 naming the key and why, on every rank. A GPU (dist) checkpoint's
+    optimizer state is megatron's: continued on the CPU path it exits 2 naming both formats
+    (faked as test_init_from does: the source's weights saved by dist_checkpointing on CPU)."""
+    from tests.test_init_from import _dist_copy
+    from tests.test_parallel_layouts import free_port
+
+    folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "train_gpt.py", "--config", str(TINY), f"run.dir={tmp_path / 'tp2'}", *WSD, f"checkpoint.init_from={folder}",
+           "checkpoint.init_mode=continue", "training.steps=20", "parallel.tensor_model_parallel_size=2"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0
+    why = (
+        "parallel.tensor_model_parallel_size: 1 -> 2 (the optimizer state is loaded as a resume loads it, in the "
+        "layout that wrote it: a CPU checkpoint holds one torch optimizer state per tensor-parallel rank"
+    )
+    assert out.stderr.count(why) == 2, out.stderr[-3000:]
+    assert out.stderr.count("exitcode  : 2") == 2, out.stderr[-3000:]
+    gpu_run = tmp_path / "gpu_run"
+    _dist_copy(source, gpu_run, monkeypatch)
+    out = train(
+        tmp_path / "cpu", f"checkpoint.init_from={gpu_run}", "checkpoint.init_mode=continue", "training.steps=20"
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert (
+        f"checkpoint.init_from={gpu_run / 'checkpoints' / f'step_{SOURCE_STEPS:08d}'} (step {SOURCE_STEPS} of "
+        f"{gpu_run}) with checkpoint.init_mode=continue: a GPU (dist) checkpoint holds megatron's optimizer state "
+        "(a dist_checkpointing folder), which the CPU path's torch optimizer does not read (this run is on cpu): "
+        "continue it on the GPU path"
+    ) in out.stderr
+    assert not (tmp_path / "cpu" / "checkpoints").exists()

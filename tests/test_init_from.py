@@ -105,3 +105,107 @@ def test_a_dist_checkpoint_initializes_any_layout(source, tmp_path, monkeypatch,
         out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert final_loss(run) == pytest.approx(final_loss(source), abs=1e-6 if tp == 2 else 0.0)
+
+
+# ----------------------------------------------------------------------------- a CPU checkpoint into another layout
+# The shape where a naive split of a global tensor breaks: a gated MLP (fc1 is [gate_r; up_r] on
+# each tensor-parallel rank) and grouped-query attention (the fused QKV holds "q q k v" per query
+# group); the Llama export layout, so the export reads both runs.
+LLAMA = [
+    "model.num_layers=2",
+    "model.normalization=RMSNorm",
+    "model.position_embedding_type=rope",
+    "model.activation=swiglu",
+    "model.num_query_groups=2",
+    "optimizer.lr=0.01",
+]
+# Tensor and pipeline parallelism change only the order of float32 sums (the row-parallel
+# all-reduce of two partial products, the vocabulary-parallel softmax over two halves, the loss
+# pair summed over stages), a few ulps (6e-8 relative each) of a loss near 6; a wrong split
+# (measured: torch.chunk of the global fc1, 2.6e-2) is far above.
+LOSS_RTOL = 1e-6
+
+
+def torchrun(run_dir: Path, nproc: int, *overrides: str, port: int = 29783) -> subprocess.CompletedProcess:
+    if nproc == 1:
+        return train(run_dir, *overrides)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(port),
+           "train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *SHORT, *overrides]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+
+
+def layout(tp: int, pp: int) -> list[str]:
+    return [f"parallel.tensor_model_parallel_size={tp}", f"parallel.pipeline_model_parallel_size={pp}"]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> dict[str, Path]:
+    """``tied``: TP=1 PP=1 with one embedding table (the last stage of a PP target holds a copy);
+    ``tp2``: TP=2 with an untied output layer."""
+    root = tmp_path_factory.mktemp("layouts")
+    runs = {
+        "tied": (1, [*LLAMA, "model.untie_embeddings_and_output_weights=false", "training.steps=6"]),
+        "tp2": (2, [*LLAMA, "training.steps=6", *layout(2, 1)]),
+    }
+    for name, (nproc, overrides) in runs.items():
+        out = torchrun(root / name, nproc, *overrides)
+        assert out.returncode == 0, out.stderr[-3000:]
+    return {name: root / name for name in runs}
+
+
+def exported_weights(run_dir: Path, out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    from training.export_hf import export
+
+    record = export(run_dir, out, weights_only=True)  # mock data: no tokenizer to export
+    assert record["passed"], record["parity"]
+    return {k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+
+def check_same_model(source: Path, run: Path, tmp_path: Path) -> None:
+    """``run`` (its updates at LR 0 and 1e-30: its weights stay the source's, in its own layout)
+    evaluates to the source's final loss, and exports to the same Hugging Face weights."""
+    assert final_loss(run) == pytest.approx(final_loss(source), rel=LOSS_RTOL, abs=0.0)
+    want, got = exported_weights(source, tmp_path / "hf_source"), exported_weights(run, tmp_path / "hf_run")
+    assert sorted(got) == sorted(want)
+    for name, tensor in want.items():
+        assert torch.equal(got[name], tensor), name
+
+
+LAYOUT_CASES = [("tied", 2, 1), ("tied", 1, 2), ("tp2", 1, 1), ("tp2", 1, 2)]
+
+
+@pytest.mark.parametrize("source,tp,pp", LAYOUT_CASES)
+def test_a_cpu_checkpoint_initializes_another_layout(sources, tmp_path, megatron, source, tp, pp):
+    """A CPU checkpoint of one layout into a run of another: the source's shards joined, split as
+    megatron splits them (gated fc1 by halves, GQA's QKV by query groups, the vocabulary by rows,
+    layers by stage, the tied embedding's copy on the last stage)."""
+    run = tmp_path / "run"
+    out = torchrun(run, tp * pp, *LLAMA, "training.steps=2", FROZEN, f"checkpoint.init_from={sources[source]}",
+                   *([] if source == "tp2" else ["model.untie_embeddings_and_output_weights=false"]),
+                   *layout(tp, pp))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    check_same_model(sources[source], run, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_cpu_checkpoint_initializes_tp2_pp2(sources, tmp_path, megatron):
+    run = tmp_path / "run"
+    out = torchrun(run, 4, *LLAMA, "training.steps=2", FROZEN, "model.untie_embeddings_and_output_weights=false",
+                   f"checkpoint.init_from={sources['tied']}", *layout(2, 2))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    check_same_model(sources["tied"], run, tmp_path)
+
+
+def test_another_vocabulary_padding_is_refused_on_every_rank(tmp_path):
+    """Vocabulary 300 pads to 384 rows at TP=1 and to 512 at TP=2 (a multiple of 128 x TP): the
+    padding rows take part in the softmax, so the weights cannot carry over; each rank exits 2."""
+    source = tmp_path / "source"
+    assert train(source, "training.steps=2", "model.num_layers=2", "model.vocab_size=300").returncode == 0
+    out = torchrun(tmp_path / "tp2", 2, "training.steps=2", "model.num_layers=2", "model.vocab_size=300",
+                   f"checkpoint.init_from={source}", *layout(2, 1))  # fmt: skip
+    assert out.returncode != 0
+    assert out.stderr.count("the source's vocabulary is padded to 384 rows, this run's to 512") == 2, out.stderr[-3000:]
+    assert out.stderr.count("exitcode  : 2") == 2, out.stderr[-3000:]
+    assert not (tmp_path / "tp2" / "checkpoints").exists()

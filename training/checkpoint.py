@@ -210,10 +210,17 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp, pp)
 
 
+def _gated_fc1(name: str, gated: bool) -> bool:
+    """Whether ``name`` is the gated MLP's fc1 (weight or bias), each rank holding ``[gate_r; up_r]``."""
+    return gated and name.rsplit(".", 1)[0].endswith("mlp.linear_fc1")
+
+
 def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool) -> torch.Tensor:
     """One tensor from its tensor-parallel shards, along the dimension megatron records on the
     parameter (``partition_dim``); the gated MLP's fc1 (each rank ``[gate_r; up_r]``) as all
-    gates then all ups, as megatron's ``apply_swiglu_sharded_factory`` describes it."""
+    gates then all ups, as megatron's ``apply_swiglu_sharded_factory`` describes it. The fused
+    QKV needs nothing more: each rank holds whole query groups (``q.. k v`` per group), so the
+    global tensor is the ranks' rows in order, as megatron's sharded state dict has it."""
     from patches.table import tp_partition_dim
 
     dim = None if param is None else tp_partition_dim(param)
@@ -222,10 +229,29 @@ def _join_shards(name: str, shards: list[torch.Tensor], param: Any, gated: bool)
             if other.shape != shards[0].shape or not torch.equal(other, shards[0]):
                 raise CheckpointError(f"{name}: replicated tensor differs between tensor-parallel ranks 0 and {rank}")
         return shards[0]
-    if gated and name.rsplit(".", 1)[0].endswith("mlp.linear_fc1"):
+    if _gated_fc1(name, gated):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
     return torch.cat(shards, dim=dim)
+
+
+def _split_shard(name: str, full: torch.Tensor, param: Any, gated: bool, rank: int, size: int) -> torch.Tensor:
+    """Tensor-parallel rank ``rank`` of ``size``'s part of a global tensor, the inverse of
+    :func:`_join_shards`: the ``rank``-th of ``size`` equal slices along the parameter's
+    ``partition_dim`` (megatron's column- and row-parallel split; the vocabulary-parallel
+    embedding and output layer by rows), and of the gated fc1 the ``rank``-th slice of the gates
+    followed by the ``rank``-th slice of the ups (``apply_swiglu_sharded_factory``'s layout)."""
+    from patches.table import tp_partition_dim
+
+    dim = None if param is None else tp_partition_dim(param)
+    if dim is None or size == 1:
+        return full
+    if full.shape[dim] % (2 * size if _gated_fc1(name, gated) else size):
+        raise CheckpointError(f"{name}: {list(full.shape)} does not split over {size} tensor-parallel ranks")
+    if _gated_fc1(name, gated):
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]], dim=0)
+    return full.chunk(size, dim=dim)[rank]
 
 
 def _stage_state(cfg: Any, ckpt: Checkpoint, tp_rank: int, stage: int) -> dict[str, Any]:
@@ -258,13 +284,19 @@ def _stage_state(cfg: Any, ckpt: Checkpoint, tp_rank: int, stage: int) -> dict[s
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
-def _cpu_state(cfg: Any, ckpt: Checkpoint) -> dict[str, Any]:
-    """The model state of a CPU checkpoint, its pipeline stages and tensor-parallel shards joined
-    (TP = PP = 1 names)."""
-    shards = [
+def _source_shards(cfg: Any, ckpt: Checkpoint) -> list[dict[str, Any]]:
+    """A CPU checkpoint's model state per tensor-parallel rank, its pipeline stages joined
+    (global layer numbers, the tied embedding once)."""
+    return [
         {k: v for stage in range(ckpt.pp) for k, v in _stage_state(cfg, ckpt, rank, stage).items()}
         for rank in range(ckpt.tp)
     ]
+
+
+def _cpu_state(cfg: Any, ckpt: Checkpoint) -> dict[str, Any]:
+    """The model state of a CPU checkpoint, its pipeline stages and tensor-parallel shards joined
+    (TP = PP = 1 names)."""
+    shards = _source_shards(cfg, ckpt)
     if ckpt.tp == 1:
         return shards[0]
     from training.model import Placement, build_model
@@ -354,35 +386,97 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
     optimizer copies them), as Megatron-LM's ``--pretrained-checkpoint`` with ``--finetune``:
     the optimizer, LR schedule, RNG and step count start fresh.
 
-    A GPU (``dist``) checkpoint loads into any layout (megatron reshards it); a CPU one is
-    joined into one process's weights (its TP shards and PP stages, as the export reads it) and
-    initializes a run without tensor or pipeline parallelism. The shapes must match
-    (``strict``): a mismatch names both sides.
+    Either format loads into any layout. A GPU (``dist``) checkpoint: megatron reshards it. A
+    CPU one: its tensor-parallel shards and pipeline stages are joined into global tensors (as
+    the export reads them) and each rank takes its part as megatron splits them
+    (:func:`_rank_state`). The shapes must match (``strict``, on every rank, and no tensor of
+    the source left over): a mismatch names both sides, on every rank alike.
     """
     ckpt = init_source(source)
-    par = cfg.parallel
     if ckpt.format == "dist":
         _load_dist_model(model, ckpt, f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model")
         return ckpt
-    if par.tensor_model_parallel_size > 1 or par.pipeline_model_parallel_size > 1:
-        raise CheckpointError(
-            f"checkpoint.init_from: {ckpt.path} is a CPU checkpoint, which initializes a run without tensor or pipeline "
-            f"parallelism only (this run: tp={par.tensor_model_parallel_size}, pp={par.pipeline_model_parallel_size}); "
-            "a GPU (dist) checkpoint loads into any layout"
-        )
     try:
         source_cfg = one_process_config(read_run_config(ckpt.run_dir))
     except (OSError, ValueError) as exc:  # RunDirError and ConfigError are ValueErrors
         raise CheckpointError(f"checkpoint.init_from: cannot read {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
-    state = _cpu_state(source_cfg, ckpt)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
+    shards = _source_shards(source_cfg, ckpt)
+    state, used, problems = _rank_state(cfg, model, shards)
+    if not problems:
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            problems.append(str(exc))
+    if dist.is_initialized() and dist.get_world_size() > 1:  # every rank refuses alike
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, (used, problems))
+        used = set().union(*(g[0] for g in gathered))
+        problems = list(dict.fromkeys(p for g in gathered for p in g[1]))
+    left = sorted(set(shards[0]) - used, key=_layer_order)
+    if left:
+        problems.append("the source's " + ", ".join(left) + " fit no parameter of this run")
+    if problems:
         raise CheckpointError(
             f"checkpoint.init_from: {ckpt.path} (the model of {ckpt.run_dir / CONFIG_FILE}) does not fit this run's "
-            f"model: {exc}"
-        ) from exc
+            "model: " + "; ".join(problems)
+        )
     return ckpt
+
+
+_VOCAB_ROWS = ("embedding.word_embeddings.weight", "output_layer.weight")  # one row per (padded) vocabulary entry
+
+
+def _layer_order(name: str) -> tuple:
+    match = _LAYER.match(name)
+    return (int(match.group(1)) if match else -1, name)
+
+
+def _rank_state(cfg: Any, model: torch.nn.Module, shards: list[dict[str, Any]]) -> tuple[dict, set, list[str]]:
+    """This rank's model state from a CPU checkpoint's shards (:func:`_source_shards`, global
+    names): each local tensor's global name (its layer number plus megatron's layer offset of
+    this pipeline stage; the last stage's copy of a tied embedding is the embedding), the
+    source's shards of it joined and this tensor-parallel rank's part split off, both along the
+    dimension megatron records on this run's parameter. Returns the state, the global names it
+    used and what does not fit (the vocabulary padding, a tensor that does not split)."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from training.model import transformer_config
+
+    rank = parallel_state.get_tensor_model_parallel_rank()
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    offset = get_transformer_layer_offset(transformer_config(cfg))
+    gated = cfg.model.activation == "swiglu"
+    params = dict(model.named_parameters())
+    state: dict[str, Any] = {}
+    used: set[str] = set()
+    problems: list[str] = []
+    for name, value in model.state_dict().items():
+        param = params.get(name)
+        if name == "output_layer.weight" and getattr(param, "shared", False):  # tied, on the last stage
+            glob = "embedding.word_embeddings.weight"
+        else:
+            glob = _LAYER.sub(lambda m: f"decoder.layers.{int(m.group(1)) + offset}.", name)
+        if glob not in shards[0]:
+            continue  # the strict load names it missing
+        used.add(glob)
+        if not isinstance(value, torch.Tensor):
+            state[name] = shards[0][glob]
+            continue
+        try:
+            full = _join_shards(glob, [s[glob] for s in shards], param, gated)
+            if glob in _VOCAB_ROWS and full.shape[0] != value.shape[0] * size:
+                problems.append(
+                    f"the source's vocabulary is padded to {full.shape[0]} rows, this run's to {value.shape[0] * size} "
+                    f"(megatron pads it to a multiple of 128 x the tensor-parallel size, here {size}, and the padding "
+                    "rows take part in the softmax): give this run a tensor-parallel size that pads the vocabulary "
+                    "as the source's did"
+                )
+                continue
+            state[name] = _split_shard(glob, full, param, gated, rank, size)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+    return state, used, problems
 
 
 # ----------------------------------------------------------------------------- continuing another run (checkpoint.init_mode=continue)

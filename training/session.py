@@ -370,9 +370,15 @@ def continue_from(
     check_continuable(where, common, cfg, table, to_dict(cfg), identity)
     on_gpu = device == "cuda"
     if (source.format == "dist") != on_gpu:
+        held, reader, path = (
+            ("megatron's optimizer state (a dist_checkpointing folder)", "the CPU path's torch optimizer", "GPU")
+            if source.format == "dist"
+            else ("the CPU path's torch optimizer state (torch.save files)", "megatron's GPU optimizer", "CPU")
+        )
         raise SetupError(
-            f"{where}: a {'GPU (dist)' if source.format == 'dist' else 'CPU'} checkpoint's optimizer state continues "
-            f"only on the path that wrote it (this run is on {device}); checkpoint.init_mode=weights takes its weights"
+            f"{where}: a {'GPU (dist)' if source.format == 'dist' else 'CPU'} checkpoint holds {held}, which "
+            f"{reader} does not read (this run is on {device}): continue it on the {path} path, or take its weights "
+            "alone with checkpoint.init_mode=weights (either format loads into either path and any layout)"
         )
     if not on_gpu:
         check_cpu_layout(common, source.path, backend.layout, hint="run the branch with the source's world size")
@@ -442,7 +448,13 @@ CONTINUE_REFUSALS = (
     ),
     ("data.", "the data position is a position in the source's data (data set, tokenizer, order)"),
     ("run.seed", "the RNG state continues the source's"),
-    ("parallel.", "the checkpoint's layout (a resume refuses it too)"),
+    (
+        "parallel.",
+        "the optimizer state is loaded as a resume loads it, in the layout that wrote it: a CPU checkpoint holds "
+        "one torch optimizer state per tensor-parallel rank and pipeline stage, its Adam moments indexed by each "
+        "parameter shard's position in that rank's groups, with no names to join and re-split them by (the model "
+        "weights have them: checkpoint.init_mode=weights loads them into any layout); continue in the source's layout",
+    ),
 )
 
 
