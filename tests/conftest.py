@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,14 @@ from tests.slurm_cluster import slurm, slurm_cluster  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_cpu.yaml"
+
+
+def free_port() -> int:
+    """A TCP port free now, for a torchrun rendezvous: the suite runs on several workers (xdist),
+    so a fixed port could be taken by another worker's torchrun at the same moment."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def env() -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, TINY, env
+from tests.conftest import REPO, TINY, env, free_port
 
 # WSD: 2 warmup steps, a stable phase, a linear decay over the last 4 steps to 0.1 x the peak.
 WSD = [
@@ -265,7 +265,6 @@ def test_another_layout_or_the_other_path_is_refused_saying_why(source, tmp_path
     optimizer state is megatron's: continued on the CPU path it exits 2 naming both formats
     (faked as test_init_from does: the source's weights saved by dist_checkpointing on CPU)."""
     from tests.test_init_from import _dist_copy
-    from tests.test_parallel_layouts import free_port
 
     folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),

@@ -197,9 +197,9 @@ def test_distributed_optimizer_shards_combine_over_data_parallel_ranks():
     import subprocess
     import sys
 
-    from tests.conftest import REPO, env
+    from tests.conftest import REPO, env, free_port
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29541",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "tests/scripts/dp_shard_sums.py"]  # fmt: skip
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

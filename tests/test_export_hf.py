@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runconfig import dump_yaml
-from tests.conftest import REPO, TINY, env, tiny_config
+from tests.conftest import REPO, TINY, env, free_port, tiny_config
 from training.export_hf import LOGIT_RTOL, LOSS_ATOL, export, main
 from training.hf_layout import ExportError
 
@@ -43,11 +43,19 @@ ALL_CASES = [(p, layout, tp) for p in ("sp", "mup", "depth_mup", "ode") for layo
 SLOW_CASES = [c for c in ALL_CASES if c not in DEFAULT_CASES]
 
 
-def train(run_dir: Path, overrides: list[str], tp: int = 1, port: int = 29561) -> Path:
+def train(run_dir: Path, overrides: list[str], tp: int = 1) -> Path:
     args = ["train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *overrides]
     if tp > 1:
         args += [f"parallel.tensor_model_parallel_size={tp}"]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(tp), "--master-port", str(port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(tp),
+            "--master-port",
+            str(free_port()),
+        ]
         cmd += args
     else:
         cmd = [sys.executable, *args]
@@ -94,7 +102,7 @@ def test_export_matches_megatron(tmp_path, megatron, preset, layout, tp):
 @pytest.mark.slow
 @pytest.mark.parametrize("preset,layout,tp", SLOW_CASES)
 def test_export_matches_megatron_full_matrix(tmp_path, megatron, preset, layout, tp):
-    run = train(tmp_path / "run", case_overrides(preset, layout), tp, port=29571)
+    run = train(tmp_path / "run", case_overrides(preset, layout), tp)
     check_export(run, tmp_path / "hf", layout, preset)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, TINY, env
+from tests.conftest import REPO, TINY, env, free_port
 
 SHORT = ["scheduler.warmup_steps=1", "logging.interval=1", "logging.progress_bar=false", "eval.at=[1.0]"]
 FROZEN = "optimizer.lr=1e-30"  # Adam moves each weight by about 1e-30: fp32 weights stay bit-equal
@@ -99,7 +99,7 @@ def test_a_dist_checkpoint_initializes_any_layout(source, tmp_path, monkeypatch,
     if tp == 1:
         out = train(run, *overrides)
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29781",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
                "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *SHORT, *overrides,
                "parallel.tensor_model_parallel_size=2"]  # fmt: skip
         out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
@@ -126,10 +126,10 @@ LLAMA = [
 LOSS_RTOL = 1e-6
 
 
-def torchrun(run_dir: Path, nproc: int, *overrides: str, port: int = 29783) -> subprocess.CompletedProcess:
+def torchrun(run_dir: Path, nproc: int, *overrides: str) -> subprocess.CompletedProcess:
     if nproc == 1:
         return train(run_dir, *overrides)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(port),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(free_port()),
            "train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *SHORT, *overrides]  # fmt: skip
     return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY, env
+from tests.conftest import REPO, TINY, env, free_port
 
 # A run long enough to be killed between its step-4 checkpoint and its end, with several
 # micro-batches per step (1F1B warm-up, steady state and cool-down on every stage) and a tied
@@ -50,12 +49,6 @@ LAYOUTS = {  # name: (processes, overrides)
 }
 SAME_INIT_AS_ONE_PROCESS = ("dp2", "tp2")  # pipeline stages are seeded per stage (megatron-LM's rule)
 TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "skipped")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer(run_dir: Path, procs: int, overrides: list[str]) -> list[str]:

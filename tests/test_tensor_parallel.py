@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, env
+from tests.conftest import REPO, env, free_port
 
 
 def losses(cmd: list[str]) -> dict:
@@ -29,7 +29,7 @@ def test_tp2_matches_tp1():
             "--nproc-per-node",
             "2",
             "--master-port",
-            "29533",
+            str(free_port()),
             script,
             "--tp",
             "2",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY, env
+from tests.conftest import REPO, TINY, env, free_port
 
 BASE = [
     "training.steps=20",
@@ -34,7 +33,7 @@ def train(run_dir: Path, *overrides: str, torchrun: int = 0, check: bool = True)
             "--nproc-per-node",
             str(torchrun),
             "--master-port",
-            str(29600 + os.getpid() % 300),
+            str(free_port()),
             "train_gpt.py",
         ]
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
