@@ -23,6 +23,11 @@ class MegatronArg:
     note: str = ""  # where the meaning differs from Megatron-LM's
     values: tuple[tuple[str, str], ...] = ()  # Megatron-LM's value -> the value here, where they differ
     convert: bool = False  # the value means something else here (the note says how to convert it)
+    spelling: Optional[str] = None  # Megatron-LM's own spelling where it mixes - and _ (None: all dashes)
+
+    def flag(self, name: str) -> str:
+        """The flag as Megatron-LM spells it, for the table's ``name`` (dashes as underscores)."""
+        return self.spelling or "--" + name.replace("_", "-")
 
     def override(self, given: Optional[str]) -> str:
         """The ``key=value`` to write for the flag (``given``: its value on the command line)."""
@@ -69,6 +74,7 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
     "override_opt_param_scheduler": MegatronArg(
         "checkpoint.init_mode",
         "continue",
+        spelling="--override-opt_param-scheduler",
         note="with checkpoint.init_from: the source's weights, optimizer state, step, RNG and data position, this "
         "run's training.steps, scheduler.*, optimizer.lr and optimizer.min_lr_ratio from there (each group's peak and "
         "floor set after loading; a resume of the same run.dir refuses a changed schedule)",
@@ -103,10 +109,11 @@ def _lookup(name: str, keys: Iterable[str]) -> Optional[tuple[str, MegatronArg]]
     """``(--flag, its row)`` for Megatron-LM's flag ``name`` (dashes or underscores), or None when
     the table does not list it or ``keys`` (the schema's) are not the run config's: a schema
     without the table's keys (data_prep's) gets no Megatron-LM hints."""
-    arg = MEGATRON_LM_ARGS.get(name.replace("-", "_"))
+    name = name.replace("-", "_")
+    arg = MEGATRON_LM_ARGS.get(name)
     if arg is None or not {a.key for a in MEGATRON_LM_ARGS.values() if a.key} <= set(keys):
         return None
-    return "--" + name.replace("_", "-"), arg
+    return arg.flag(name), arg
 
 
 def megatron_hint(name: str, given: Optional[str], keys: Iterable[str]) -> Optional[str]:

@@ -88,7 +88,7 @@ def gpu_memory_lines(s: Study, deepest: list[tuple[str, object]], total_mib: Opt
     with depth), against ``total_mib`` when the GPU is known; :class:`LaunchError` naming the
     study's keys when one run alone does not fit. The study's vocabulary is taken as the
     tokenizer's full ``vocab_size`` (the corpus is not tokenized yet): an upper bound."""
-    from launch.gpu_share import run_memory
+    from launch.gpu_share import PACKING_MARGIN, run_memory
 
     lines = []
     for where, cfg in deepest:
@@ -99,7 +99,12 @@ def gpu_memory_lines(s: Study, deepest: list[tuple[str, object]], total_mib: Opt
                 f"{where}{mem.note()} is more than the GPU has ({total_mib} MiB): lower the study file's "
                 f"micro_batch ({s.micro_batch}) or set model.recompute in a variant"
             )
-        packed = f"; {s.runs_per_gpu} per GPU need {s.runs_per_gpu * mem.need_mib} MiB" if s.runs_per_gpu > 1 else ""
+        packed = (
+            f"; {s.runs_per_gpu} per GPU (runs_per_gpu) need {s.runs_per_gpu * mem.need_mib} MiB ({mem.need_mib} each: "
+            f"model states + activations x {PACKING_MARGIN:g} + CUDA context, the free memory a packed run waits for)"
+            if s.runs_per_gpu > 1
+            else ""
+        )
         lines.append(f"{where}{mem.note()}{packed}")
     return lines
 

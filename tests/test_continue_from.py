@@ -201,9 +201,35 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     early = branch(source, tmp_path / "early", f"training.steps={BRANCH_AT}")
     assert early.returncode == 2
     assert f"training.steps: {BRANCH_AT} is not past the source's step {BRANCH_AT}" in early.stderr
+    assert "earlier checkpoint" not in early.stderr  # A keeps none before step 6
+    # the run directory names its latest checkpoint (12): the refusal names the one before 8 to give
+    latest = train(
+        tmp_path / "latest", f"checkpoint.init_from={source}", "checkpoint.init_mode=continue", "training.steps=8"
+    )
+    assert latest.returncode == 2
+    assert (
+        f"training.steps: 8 is not past the source's step {SOURCE_STEPS}: nothing to continue (give training.steps > "
+        f"{SOURCE_STEPS}, or branch from an earlier checkpoint: checkpoint.init_from={folder} (the source keeps "
+        f"checkpoints before step 8 at step(s) {BRANCH_AT}))"
+    ) in latest.stderr, latest.stderr[-2000:]
     alone = train(tmp_path / "alone", "checkpoint.init_mode=continue")
     assert alone.returncode == 2
     assert "checkpoint.init_mode: continue needs checkpoint.init_from" in alone.stderr
+
+
+def test_eval_points_before_the_branch_step_that_the_source_lacks_are_named(source, tmp_path):
+    """G continues A@6 for 2 steps with eval.at [0.25, 1.0]: 0.25 of 8 is step 2, before the branch,
+    where A (eval.at [1.0]) has no eval. G warns, naming the point, and records only its final eval."""
+    run = tmp_path / "G"
+    out = branch(source, run, "training.steps=8", "eval.at=[0.25, 1.0]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (
+        f"eval point(s) fraction 0.25 (step 2) are at or before the branch step {BRANCH_AT} and the source "
+        "recorded no eval there: this run has no eval at them"
+    ) in out.stderr, out.stderr[-2000:]
+    assert [(e["step"], e["fraction"]) for e in summary(run)["evals"]] == [(8, 1.0)]
+    same = branch(source, tmp_path / "H", "training.steps=8")  # eval.at [1.0]: nothing before the branch
+    assert same.returncode == 0 and "eval point(s)" not in same.stderr
 
 
 def test_the_sample_order_check_sees_megatron_reshuffle_over_another_epoch(tmp_path, megatron):

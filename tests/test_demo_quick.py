@@ -400,7 +400,11 @@ def test_a_gpu_study_whose_deepest_run_does_not_fit_is_refused_before_its_data(t
     assert main(["demo", "--study", "gpu_h100", "--out", str(out), "--plan"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert f"GPU memory per run at the deepest depth (against the smallest GPU here ({estimate} MiB)):" in lines
-    assert f"study 'gpu_h100': preset ode, L=32: {mem.note()}; 4 per GPU need {4 * mem.need_mib} MiB" in lines
+    each = int(1.1 * mem.peak_mib) + 1 + mem.context_mib  # what a packed run waits for (launch.gpu_share)
+    assert (
+        f"study 'gpu_h100': preset ode, L=32: {mem.note()}; 4 per GPU (runs_per_gpu) need {4 * each} MiB ({each} "
+        "each: model states + activations x 1.1 + CUDA context, the free memory a packed run waits for)"
+    ) in lines
     gpu(None)
     assert main(["demo", "--study", "gpu_h100", "--out", str(out), "--plan"]) == 0
     assert "(not checked: nvidia-smi lists no GPU here)" in capsys.readouterr().out

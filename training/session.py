@@ -367,7 +367,8 @@ def continue_from(
         common = json.loads((source.path / COMMON_FILE).read_text())
     except (OSError, ValueError) as exc:
         raise SetupError(f"{where}: cannot read {source.path / COMMON_FILE}: {exc}") from exc
-    check_continuable(where, common, cfg, table, to_dict(cfg), identity)
+    earlier = earlier_checkpoints(source.run_dir, cfg.training.steps)
+    check_continuable(where, common, cfg, table, to_dict(cfg), identity, earlier)
     on_gpu = device == "cuda"
     if (source.format == "dist") != on_gpu:
         held, reader, path = (
@@ -410,6 +411,17 @@ def continue_from(
         for e in common["evals"]
         if e["step"] in points and e["step"] <= source.step
     )
+    lost = [k for k in points if k <= source.step and k not in {e["step"] for e in evals}]
+    if lost:  # this run evaluates only after the branch step
+        named = ", ".join(f"fraction {points[k]:g} (step {k})" for k in lost[:5])
+        log.warning(
+            "%s: eval point(s) %s%s are at or before the branch step %d and the source recorded no eval "
+            "there: this run has no eval at them (their results.csv rows stay empty)",
+            where,
+            named,
+            f" and {len(lost) - 5} more" if len(lost) > 5 else "",
+            source.step,
+        )
     log.info(
         "continued %s: its weights, optimizer state, RNG and data position at step %d; this run's schedule "
         "(%d steps, %s) from there",
@@ -458,10 +470,27 @@ CONTINUE_REFUSALS = (
 )
 
 
-def check_continuable(where: str, common: dict, cfg: RunConfig, table: dict, config_dict: dict, data: dict) -> None:
+def earlier_checkpoints(run_dir: Path, before: int) -> str:
+    """How to name one of ``run_dir``'s checkpoints before step ``before`` (this run's last step) in
+    ``checkpoint.init_from``, for the refusal of a source at or past it; "" when it keeps none."""
+    steps = [k for k in checkpoint_steps(run_dir) if k < before]
+    if not steps:
+        return ""
+    folder = Path(run_dir) / CHECKPOINTS_DIR / step_dir_name(steps[-1])
+    listed = ", ".join(str(k) for k in steps)
+    return (
+        f", or branch from an earlier checkpoint: checkpoint.init_from={folder} "
+        f"(the source keeps checkpoints before step {before} at step(s) {listed})"
+    )
+
+
+def check_continuable(
+    where: str, common: dict, cfg: RunConfig, table: dict, config_dict: dict, data: dict, earlier: str = ""
+) -> None:
     """Refuse to continue another run's checkpoint where this run differs in anything but the
     schedule keys (:data:`BRANCH_CHANGES`), or would start at or past its own last step: each
-    differing key named with why it cannot change (:data:`CONTINUE_REFUSALS`)."""
+    differing key named with why it cannot change (:data:`CONTINUE_REFUSALS`); ``earlier``
+    (:func:`earlier_checkpoints`) names the source's checkpoints this run could branch from instead."""
     from patches.table import table_differences
     from training.data import DATA_LOCATION_KEYS
 
@@ -470,7 +499,7 @@ def check_continuable(where: str, common: dict, cfg: RunConfig, table: dict, con
     if step >= cfg.training.steps:
         problems.append(
             f"training.steps: {cfg.training.steps} is not past the source's step {step}: nothing to continue "
-            f"(give training.steps > {step})"
+            f"(give training.steps > {step}{earlier})"
         )
     changed = changed_keys(common["config"], config_dict)
     same_data = common.get("data") == data
