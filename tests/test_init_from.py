@@ -209,3 +209,56 @@ def test_another_vocabulary_padding_is_refused_on_every_rank(tmp_path):
     assert out.stderr.count("the source's vocabulary is padded to 384 rows, this run's to 512") == 2, out.stderr[-3000:]
     assert out.stderr.count("exitcode  : 2") == 2, out.stderr[-3000:]
     assert not (tmp_path / "tp2" / "checkpoints").exists()
+
+
+# ----------------------------------------------------------------------------- the source's model config (init_mode=weights)
+def test_every_model_config_field_is_classified_for_weights_only_init():
+    """A new ModelConfig field must say whether a weights-only init may change it
+    (training.checkpoint.INIT_WEIGHTS_MODEL_KEYS): unclassified, it would load silently."""
+    import dataclasses
+
+    from runconfig.schema import ModelConfig
+    from training.checkpoint import INIT_WEIGHTS_MODEL_KEYS
+
+    fields = [f.name for f in dataclasses.fields(ModelConfig)]
+    assert sorted(INIT_WEIGHTS_MODEL_KEYS) == sorted(fields)
+    assert {policy for policy, _ in INIT_WEIGHTS_MODEL_KEYS.values()} == {"same", "shape", "free"}
+
+
+def test_a_source_computing_another_function_of_the_same_shapes_is_refused(tmp_path):
+    """gelu (fc1 2F rows) into swiglu (fc1 [gate; up] of F rows), 4 heads of 16 into 2 heads of
+    32 (head count is a split of the same QKV rows): the same tensors, another function; exit 2
+    naming the source, the key, both values and why, before anything is trained."""
+    base = ["training.steps=2", "model.num_layers=1", "model.hidden_size=32", "model.num_attention_heads=4"]
+    src = tmp_path / "gelu"
+    assert train(src, *base, "model.ffn_hidden_size=128").returncode == 0
+    out = train(tmp_path / "swiglu", *base, "model.activation=swiglu", "model.ffn_hidden_size=64",
+                f"checkpoint.init_from={src}")  # fmt: skip
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"checkpoint.init_from: {src / 'checkpoints' / 'step_00000002'} (the model of {src / 'config.yaml'})" in (
+        out.stderr
+    )
+    assert "model.activation: 'gelu' -> 'swiglu' (swiglu's fc1 is [gate; up]" in out.stderr
+    assert not (tmp_path / "swiglu" / "checkpoints").exists()
+    heads = train(tmp_path / "heads", *base, "model.ffn_hidden_size=128", "model.num_attention_heads=2",
+                  f"checkpoint.init_from={src}")  # fmt: skip
+    assert heads.returncode == 2, heads.stderr[-3000:]
+    assert "model.num_attention_heads: 4 -> 2 (" in heads.stderr
+    assert "model.kv_channels: 8 -> 16 (" in heads.stderr
+
+
+def test_a_longer_context_and_another_parametrization_are_taken_with_a_warning(tmp_path):
+    """seq_length is fine-tuning's to change (rope: no table); an sp source into a depth_mup
+    run loads, warning which parametrization keys change the multipliers applied to them."""
+    base = ["training.steps=2", "model.num_layers=2", "model.hidden_size=32", "model.position_embedding_type=rope"]
+    src = tmp_path / "sp"
+    assert train(src, *base, "parametrization.preset=sp", "model.seq_length=32").returncode == 0
+    out = train(tmp_path / "long", *base, f"checkpoint.init_from={src}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "its weights were trained under another parametrization: parametrization.preset: 'sp' -> 'depth_mup'" in (
+        out.stderr
+    )
+    same = train(tmp_path / "same", *base, "parametrization.preset=sp", f"checkpoint.init_from={src}")
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "roles.output.multiplier: 1.0 -> 2.0" in out.stderr  # muP: base_hidden_size 64 / hidden_size 32
+    assert "another parametrization" not in same.stderr

@@ -381,6 +381,84 @@ def init_source(source: str | Path) -> Checkpoint:
         raise CheckpointError(f"checkpoint.init_from: {exc}") from exc
 
 
+# What a weights-only init (checkpoint.init_mode=weights) compares of the source run's
+# ``model.*`` config with this run's: every ModelConfig field, classified (tests/test_init_from.py
+# fails on a field missing here).
+#   same:  changes the function the same tensors compute: a difference exits 2, naming why;
+#   shape: changes the tensors' names or shapes only with a model the tensor check (the strict
+#          load, every source tensor used) already refuses;
+#   free:  a fine-tuning run may change it: the weights compute the same function.
+INIT_WEIGHTS_MODEL_KEYS: dict[str, tuple[str, str]] = {
+    "num_layers": ("shape", "one set of tensors per layer"),
+    "hidden_size": ("shape", "every matrix's width"),
+    "num_attention_heads": (
+        "same",
+        "the fused QKV rows are split into heads by it: another head count (with kv_channels) can give the same "
+        "shape and attend over other slices",
+    ),
+    "num_query_groups": (
+        "same",
+        "the fused QKV holds q.. k v per query group: another grouping can give the same shape and reads other "
+        "rows as keys and values",
+    ),
+    "kv_channels": ("same", "the head dimension splits the QKV rows into heads and sets the attention's 1/sqrt(d)"),
+    "ffn_hidden_size": ("shape", "the MLP's fc1 rows and fc2 columns (with the same activation)"),
+    "seq_length": (
+        "free",
+        "rope computes each position's rotation (a longer context is fine-tuning's); learned_absolute's table has "
+        "seq_length rows, which the tensor check compares",
+    ),
+    "vocab_size": ("shape", "the embedding's (padded) rows: the tensor check compares the padding too"),
+    "position_embedding_type": (
+        "same",
+        "rope rotates q and k by position where learned_absolute adds a learned table to the embedding",
+    ),
+    "normalization": ("same", "RMSNorm does not subtract the mean: the norms' weights can have the same shapes"),
+    "activation": ("same", "swiglu's fc1 is [gate; up] of F rows each: a gelu fc1 of 2F rows has its shape"),
+    "add_bias_linear": ("shape", "the biases are tensors of their own"),
+    "untie_embeddings_and_output_weights": ("shape", "an untied output layer is a tensor of its own"),
+    "init_method_std": ("free", "initialization only: every weight is loaded"),
+    "hidden_dropout": ("free", "training noise, not the weights' function"),
+    "attention_dropout": ("free", "training noise, not the weights' function"),
+    "layernorm_epsilon": ("same", "part of every normalization's function"),
+    "block": ("same", "linear1's one-matrix MLP branch computes another function of the same shapes"),
+    "linear1_phi": ("same", "linear1's nonlinearity (compared where both runs are linear1)"),
+    "transformer_impl": ("free", "the same math; its parameter names are the tensor check's"),
+    "attention_backend": ("free", "a kernel choice: float rounding"),
+    "cross_entropy_fusion": ("free", "a kernel choice: float rounding"),
+    "rope_impl": ("free", "the same rotation: float rounding"),
+    "recompute": ("free", "activation memory: the same math"),
+    "recompute_modules": ("free", "activation memory: the same math"),
+    "recompute_num_layers": ("free", "activation memory: the same math"),
+    "compile": ("free", "torch.compile: the same math, float rounding"),
+    "compile_backend": ("free", "torch.compile: the same math, float rounding"),
+    "cuda_graphs": ("free", "CUDA graphs: the same math"),
+}
+
+
+def _effective(model: Any, key: str) -> Any:
+    """The value a model key means (a None default resolved as the model resolves it)."""
+    if key == "kv_channels":
+        return model.head_dim
+    if key == "num_query_groups":
+        return model.num_query_groups or model.num_attention_heads
+    return getattr(model, key)
+
+
+def init_weights_refusals(source_cfg: Any, cfg: Any) -> list[str]:
+    """``model.KEY: source -> this run (why)`` for each ``same`` key of
+    :data:`INIT_WEIGHTS_MODEL_KEYS` where this run's model computes another function of the
+    source's weights than the source's model did."""
+    problems = []
+    for key, (policy, why) in INIT_WEIGHTS_MODEL_KEYS.items():
+        if policy != "same" or (key == "linear1_phi" and "standard" in (source_cfg.model.block, cfg.model.block)):
+            continue
+        old, new = _effective(source_cfg.model, key), _effective(cfg.model, key)
+        if old != new:
+            problems.append(f"model.{key}: {old!r} -> {new!r} ({why})")
+    return problems
+
+
 def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkpoint:
     """Load another run's model weights into this run's freshly built ``model`` (before the
     optimizer copies them), as Megatron-LM's ``--pretrained-checkpoint`` with ``--finetune``:
@@ -389,17 +467,24 @@ def init_weights(cfg: Any, model: torch.nn.Module, source: str | Path) -> Checkp
     Either format loads into any layout. A GPU (``dist``) checkpoint: megatron reshards it. A
     CPU one: its tensor-parallel shards and pipeline stages are joined into global tensors (as
     the export reads them) and each rank takes its part as megatron splits them
-    (:func:`_rank_state`). The shapes must match (``strict``, on every rank, and no tensor of
-    the source left over): a mismatch names both sides, on every rank alike.
+    (:func:`_rank_state`). The source's model config must compute the same function of the
+    weights (:func:`init_weights_refusals`) and the shapes must match (``strict``, on every rank,
+    and no tensor of the source left over): a mismatch names both sides, on every rank alike.
     """
     ckpt = init_source(source)
-    if ckpt.format == "dist":
-        _load_dist_model(model, ckpt, f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model")
-        return ckpt
     try:
         source_cfg = one_process_config(read_run_config(ckpt.run_dir))
     except (OSError, ValueError) as exc:  # RunDirError and ConfigError are ValueErrors
         raise CheckpointError(f"checkpoint.init_from: cannot read {ckpt.run_dir / CONFIG_FILE}: {exc}") from exc
+    refusals = init_weights_refusals(source_cfg, cfg)
+    if refusals:
+        raise CheckpointError(
+            f"checkpoint.init_from: {ckpt.path} (the model of {ckpt.run_dir / CONFIG_FILE}) computes another function "
+            "than this run's model of the same weights:\n  " + "\n  ".join(refusals)
+        )
+    if ckpt.format == "dist":
+        _load_dist_model(model, ckpt, f"checkpoint.init_from: {ckpt.path / 'dist'} does not fit this run's model")
+        return ckpt
     shards = _source_shards(source_cfg, ckpt)
     state, used, problems = _rank_state(cfg, model, shards)
     if not problems:

@@ -242,6 +242,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     placement = Placement(device=device, bf16=bf16)
     model = build_model(cfg, padded_vocab, placement, resolved=resolved)
     weights_only = cfg.checkpoint.init_mode == "weights"
+    source = None
     if cfg.checkpoint.init_from and weights_only and not _has_checkpoint(run_dir):  # its own: resumed below
         try:
             source = checkpoint.init_weights(cfg, model, cfg.checkpoint.init_from)
@@ -253,6 +254,8 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     scheduler = build_scheduler(cfg, backend.optimizer)
 
     config_dict = to_dict(cfg)
+    if source is not None:
+        warn_parametrization_change(source, table, config_dict)
     identity = data_identity(cfg, tokenizer)
     resume, branch = ResumePoint(), None
     try:
@@ -327,6 +330,37 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         runlog=runlog,
         diagnostics=make_diagnostics(cfg, backend.model, eval_batches, device),
         branch=branch,
+    )
+
+
+def warn_parametrization_change(source: Any, table: dict, config_dict: dict) -> None:
+    """A weights-only init from a run of another parametrization (an sp run's weights into a
+    depth_mup run, say) is an experiment of its own: the same weights under this run's
+    multipliers compute another function than the source's model did. Warned, naming the
+    ``parametrization.*`` keys and the resolved table's entries that differ."""
+    from patches.table import table_differences
+
+    try:
+        common = json.loads((source.path / COMMON_FILE).read_text())
+    except (OSError, ValueError):
+        return  # init_source read it; a file gone since is the load's to report
+    changed = {k: v for k, v in changed_keys(common["config"], config_dict).items() if k.startswith("parametrization.")}
+    entries = [
+        line
+        for line in table_differences(common["parametrization"], table)
+        # the model's shapes are the tensor check's; the init scales are not used (every weight is loaded)
+        if not line.startswith(("params[", "model", "megatron")) and ".init_std:" not in line
+    ]
+    if not changed and not entries:
+        return
+    log.warning(
+        "checkpoint.init_from=%s: its weights were trained under another parametrization: %s; this run applies "
+        "its own multipliers and LR factors to them, so its model at step 0 computes another function than the "
+        "source's: %s%s",
+        source.path,
+        ", ".join(describe_changes(changed, ())) or "the same keys resolve differently",
+        "; ".join(entries[:MAX_SHOWN]),
+        f"; ... and {len(entries) - MAX_SHOWN} more" if len(entries) > MAX_SHOWN else "",
     )
 
 
