@@ -317,3 +317,63 @@ def test_another_layout_or_the_other_path_is_refused_saying_why(source, tmp_path
         "continue it on the GPU path"
     ) in out.stderr
     assert not (tmp_path / "cpu" / "checkpoints").exists()
+
+
+def torchrun2(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "train_gpt.py", "--config", str(TINY), f"run.dir={run_dir}", *WSD, *overrides]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+
+
+# Two data-parallel ranks sum the global batch's gradients in another order than one process:
+# float rounding at most (measured here: the losses equal as floats, but the order of the sums is
+# torch's and gloo's to choose); a fresh optimizer or another step moves the loss by far more.
+DP_LOSS_RTOL = 1e-5
+
+
+def test_a_cpu_checkpoint_continues_and_resumes_at_another_data_parallel_size(source, tmp_path):
+    """A CPU checkpoint's model and optimizer state are written by data-parallel rank 0 and are
+    the same on every data-parallel rank (the CPU optimizer is not sharded): A@6 (one process)
+    continued, and resumed, by two data-parallel ranks gives A's steps 7-12 to float rounding."""
+    run = tmp_path / "dp2"
+    out = torchrun2(
+        run,
+        f"checkpoint.init_from={source / 'checkpoints' / f'step_{BRANCH_AT:08d}'}",
+        "checkpoint.init_mode=continue",
+        f"training.steps={SOURCE_STEPS}",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "written with data-parallel size 1, this run's is 2" in out.stderr
+    a, b = train_rows(source), train_rows(run)
+    assert sorted(b) == list(range(BRANCH_AT + 1, SOURCE_STEPS + 1))
+    for step in b:
+        assert b[step]["loss"] == pytest.approx(a[step]["loss"], rel=DP_LOSS_RTOL, abs=0.0), step
+        assert b[step]["lr"] == a[step]["lr"], step
+    assert summary(run)["final_val_loss"] == pytest.approx(summary(source)["final_val_loss"], rel=DP_LOSS_RTOL)
+    resumed = tmp_path / "resumed"  # A's own directory at step 6, rerun by two processes
+    shutil.copytree(source, resumed)
+    for step_dir in (resumed / "checkpoints").glob("step_*"):
+        if step_dir.name != f"step_{BRANCH_AT:08d}":
+            shutil.rmtree(step_dir)
+    (resumed / "checkpoints" / "latest").write_text(f"step_{BRANCH_AT:08d}\n")
+    (resumed / "summary.json").unlink()  # a completed run is not rerun
+    out = torchrun2(resumed, f"training.steps={SOURCE_STEPS}", f"checkpoint.interval={BRANCH_AT}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resumed from {resumed / 'checkpoints' / f'step_{BRANCH_AT:08d}'} (step {BRANCH_AT})" in out.stderr
+    r = train_rows(resumed)
+    for step in range(BRANCH_AT + 1, SOURCE_STEPS + 1):
+        assert r[step]["loss"] == pytest.approx(a[step]["loss"], rel=DP_LOSS_RTOL, abs=0.0), step
+
+
+def test_each_rank_takes_the_rng_of_its_tensor_parallel_rank_and_stage_at_data_parallel_rank_0():
+    """megatron's rank order tp-cp-ep-dp-pp (rank = tp + TP x (dp + DP x stage)): with TP=2 PP=2
+    and DP 1 -> 2, rank 5 (tp 1, dp 0, stage 1: 1 + 2 x (0 + 2 x 1)) takes the saved rank of tp 1,
+    stage 1 (1 + 2 x (0 + 1 x 1) = 3), rank 7 (its dp 1 twin) too; the same layout keeps each
+    rank's own, and so does another TP or PP size (not this function's to map)."""
+    from training.checkpoint import rng_source_rank
+
+    saved, now = {"tp": 2, "pp": 2, "dp": 1}, {"tp": 2, "pp": 2, "dp": 2}
+    assert [rng_source_rank(saved, now, r) for r in range(8)] == [0, 1, 0, 1, 2, 3, 2, 3]
+    assert [rng_source_rank(now, saved, r) for r in range(4)] == [0, 1, 4, 5]
+    assert rng_source_rank(now, now, 6) == 6
+    assert rng_source_rank({"tp": 1, "pp": 2, "dp": 2}, now, 5) == 5

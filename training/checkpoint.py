@@ -126,12 +126,27 @@ def _prune(ckpt_root: Path, keep: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def rng_source_rank(saved: Optional[dict[str, int]], layout: dict[str, int], rank: int) -> int:
+    """The rank of the checkpoint whose RNG state this rank takes. In the layout that wrote it,
+    its own. Where only the data-parallel size differs, the rank of this rank's tensor-parallel
+    rank and pipeline stage at data-parallel rank 0 of the saved layout (megatron's rank order
+    tp-cp-ep-dp-pp: tensor-parallel fastest, stage slowest), as Megatron-LM takes data-parallel
+    rank 0's RNG on load: the data-parallel ranks are seeded alike (``seed + 100 x stage``) and
+    draw alike, so any of them holds the same state."""
+    if not saved or saved == layout or any(saved.get(k) != layout.get(k) for k in ("tp", "pp")):
+        return rank
+    tp = layout["tp"]
+    tp_rank, stage = rank % tp, rank // (tp * layout["dp"])
+    return stage * tp * int(saved["dp"]) + tp_rank
+
+
 def load(path: Path, backend: Any, scheduler: Any, rank: int) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and this rank's RNG; returns ``common.json``."""
+    """Restore model, optimizer, scheduler and this rank's RNG (:func:`rng_source_rank`);
+    returns ``common.json``."""
     common = json.loads((path / COMMON_FILE).read_text())
     backend.load_state(path, common)
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    rng_file = path / f"rng_rank{rank}.pt"
+    rng_file = path / f"rng_rank{rng_source_rank(common.get('layout'), backend.layout, rank)}.pt"
     if rng_file.is_file():
         set_rng_state(torch.load(rng_file, weights_only=False))
     return common

@@ -416,7 +416,12 @@ def continue_from(
             "alone with checkpoint.init_mode=weights (either format loads into either path and any layout)"
         )
     if not on_gpu:
-        check_cpu_layout(common, source.path, backend.layout, hint="run the branch with the source's world size")
+        check_cpu_layout(
+            common,
+            source.path,
+            backend.layout,
+            hint="run the branch with the source's tensor- and pipeline-parallel sizes",
+        )
     record = checkpoint.branch_record(source, common)
     src_steps = int(common["config"]["training"]["steps"])
     if src_steps != cfg.training.steps:  # megatron's sample order depends on the sample count
@@ -650,21 +655,38 @@ def check_cpu_layout(
     common: dict,
     ckpt: Path,
     layout: dict[str, int],
-    hint: str = "rerun with the checkpoint's world size, or --force to retrain",
+    hint: str = "rerun with the checkpoint's tensor- and pipeline-parallel sizes, or --force to retrain",
 ) -> None:
     """A CPU checkpoint holds one state file per tensor-parallel rank and pipeline stage, from
-    data-parallel rank 0: it resumes only in the layout that wrote it (the data-parallel size,
-    set by the world size, is no config key, so the config check cannot see it change)."""
+    data-parallel rank 0: it loads only with the tensor- and pipeline-parallel sizes that wrote
+    it. The data-parallel size (set by the world size, no config key) may differ: the CPU path's
+    torch optimizer is not sharded over data-parallel ranks (``parallel.use_distributed_optimizer``
+    is the GPU path's), so every data-parallel rank holds the same model and optimizer state,
+    the one written, and the global batch is the config's. Warned: the steps are the same math
+    with another float rounding (the batch split into other micro-batches per rank and summed
+    over ranks), so not bit-exact."""
     saved = common.get("layout")
-    if saved is not None and saved != layout:
+    if saved is None or saved == layout:
+        return
 
-        def spell(lay: dict) -> str:
-            return " ".join(f"{k}={lay.get(k)}" for k in ("tp", "pp", "dp"))
+    def spell(lay: dict) -> str:
+        return " ".join(f"{k}={lay.get(k)}" for k in ("tp", "pp", "dp"))
 
+    if any(saved.get(k) != layout.get(k) for k in ("tp", "pp")):
         raise SetupError(
             f"{ckpt}: written with parallel layout {spell(saved)}; this CPU run is {spell(layout)}: a CPU "
-            f"checkpoint resumes only in its own layout (the GPU path's dist_checkpointing reshards); {hint}"
+            "checkpoint's optimizer state is one torch optimizer state per tensor-parallel rank and pipeline "
+            "stage, indexed by each parameter shard's position, and loads only with the tensor- and "
+            f"pipeline-parallel sizes that wrote it (the GPU path's dist_checkpointing reshards); {hint}"
         )
+    log.warning(
+        "%s: written with data-parallel size %s, this run's is %s: every data-parallel rank takes the state "
+        "data-parallel rank 0 wrote (the CPU optimizer is not sharded); the same global batch in other "
+        "micro-batches per rank gives the same steps to float rounding, not bit for bit",
+        ckpt,
+        saved.get("dp"),
+        layout.get("dp"),
+    )
 
 
 MAX_SHOWN = 20  # lines of a parametrization difference shown
