@@ -164,8 +164,10 @@ class CpuBackend:
             torch.save(state, self._file(directory))
 
     def load_state(self, directory: Path, common: dict[str, Any]) -> None:
-        saved = common.get("layout")  # the data-parallel size may differ: DP rank 0 wrote the whole state
-        if saved is not None and any(saved.get(k) != self.layout[k] for k in ("tp", "pp")):
+        from training.checkpoint import other_model_parallel
+
+        saved = common.get("layout")
+        if other_model_parallel(saved, self.layout):
             raise ValueError(
                 f"checkpoint {directory} was written with parallel layout {saved}; this CPU run uses "
                 f"{self.layout} (resharding needs the GPU path's dist_checkpointing)"

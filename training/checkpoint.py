@@ -23,7 +23,7 @@ import json
 import random
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -126,6 +126,13 @@ def _prune(ckpt_root: Path, keep: int) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def other_model_parallel(saved: Optional[dict[str, int]], layout: dict[str, int]) -> bool:
+    """Whether a CPU checkpoint's recorded layout has other tensor- or pipeline-parallel sizes than
+    ``layout`` (its state files are per TP rank and stage); None (not recorded) counts as the same.
+    The data-parallel size may differ: data-parallel rank 0 wrote the whole state."""
+    return saved is not None and any(saved.get(k) != layout.get(k) for k in ("tp", "pp"))
+
+
 def rng_source_rank(saved: Optional[dict[str, int]], layout: dict[str, int], rank: int) -> int:
     """The rank of the checkpoint whose RNG state this rank takes. In the layout that wrote it,
     its own. Where only the data-parallel size differs, the rank of this rank's tensor-parallel
@@ -133,7 +140,7 @@ def rng_source_rank(saved: Optional[dict[str, int]], layout: dict[str, int], ran
     tp-cp-ep-dp-pp: tensor-parallel fastest, stage slowest), as Megatron-LM takes data-parallel
     rank 0's RNG on load: the data-parallel ranks are seeded alike (``seed + 100 x stage``) and
     draw alike, so any of them holds the same state."""
-    if not saved or saved == layout or any(saved.get(k) != layout.get(k) for k in ("tp", "pp")):
+    if not saved or saved == layout or other_model_parallel(saved, layout):
         return rank
     tp = layout["tp"]
     tp_rank, stage = rank % tp, rank // (tp * layout["dp"])
@@ -167,6 +174,7 @@ class Checkpoint:
     format: str  # "cpu" (model_tp{T}_pp{P}.pt per model-parallel rank) | "dist" (dist/ folder)
     tp: int = 1  # tensor-parallel ranks of a CPU checkpoint (joined on reading)
     pp: int = 1  # pipeline stages of a CPU checkpoint (joined on reading)
+    common: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # its common.json, as read
 
 
 def read_run_config(run_dir: Path) -> RunConfig:
@@ -213,7 +221,7 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read {path / COMMON_FILE}: {exc}") from exc
     if (path / "dist").is_dir():
-        return Checkpoint(run_dir, path, int(common.get("step", -1)), "dist")
+        return Checkpoint(run_dir, path, int(common.get("step", -1)), "dist", common=common)
     layout = common.get("layout") or {}
     tp, pp = int(layout.get("tp", 1)), int(layout.get("pp", 1))
     for stage in range(pp):
@@ -222,7 +230,7 @@ def find_checkpoint(run_dir: Path, step: Optional[int] = None) -> Checkpoint:
                 raise CheckpointError(
                     f"{path} has neither {cpu_state_file(rank, stage)} (tp={tp}, pp={pp}) nor a dist/ folder"
                 )
-    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp, pp)
+    return Checkpoint(run_dir, path, int(common.get("step", -1)), "cpu", tp, pp, common)
 
 
 def _gated_fc1(name: str, gated: bool) -> bool:

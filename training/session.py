@@ -340,10 +340,7 @@ def warn_parametrization_change(source: Any, table: dict, config_dict: dict) -> 
     ``parametrization.*`` keys and the resolved table's entries that differ."""
     from patches.table import table_differences
 
-    try:
-        common = json.loads((source.path / COMMON_FILE).read_text())
-    except (OSError, ValueError):
-        return  # init_source read it; a file gone since is the load's to report
+    common = source.common  # init_source read it
     changed = {k: v for k, v in changed_keys(common["config"], config_dict).items() if k.startswith("parametrization.")}
     entries = [
         line
@@ -397,10 +394,7 @@ def continue_from(
     except checkpoint.CheckpointError as exc:
         raise SetupError(str(exc)) from exc
     where = f"checkpoint.init_from={source.path} (step {source.step} of {source.run_dir}) with checkpoint.init_mode=continue"
-    try:
-        common = json.loads((source.path / COMMON_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise SetupError(f"{where}: cannot read {source.path / COMMON_FILE}: {exc}") from exc
+    common = source.common  # init_source read it (and refused it unreadable)
     earlier = earlier_checkpoints(source.run_dir, cfg.training.steps)
     check_continuable(where, common, cfg, table, to_dict(cfg), identity, earlier)
     on_gpu = device == "cuda"
@@ -665,6 +659,8 @@ def check_cpu_layout(
     the one written, and the global batch is the config's. Warned: the steps are the same math
     with another float rounding (the batch split into other micro-batches per rank and summed
     over ranks), so not bit-exact."""
+    from training.checkpoint import other_model_parallel
+
     saved = common.get("layout")
     if saved is None or saved == layout:
         return
@@ -672,7 +668,7 @@ def check_cpu_layout(
     def spell(lay: dict) -> str:
         return " ".join(f"{k}={lay.get(k)}" for k in ("tp", "pp", "dp"))
 
-    if any(saved.get(k) != layout.get(k) for k in ("tp", "pp")):
+    if other_model_parallel(saved, layout):
         raise SetupError(
             f"{ckpt}: written with parallel layout {spell(saved)}; this CPU run is {spell(layout)}: a CPU "
             "checkpoint's optimizer state is one torch optimizer state per tensor-parallel rank and pipeline "
