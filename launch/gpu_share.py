@@ -251,13 +251,22 @@ class RunMemory:
     recompute: str
 
     @property
+    def estimate_mib(self) -> int:
+        """One run's memory on each GPU: the estimate and its CUDA context."""
+        return self.peak_mib + self.context_mib
+
+    def exceeds(self, total_mib: int) -> bool:
+        """Whether one run alone needs more than a GPU of ``total_mib`` has."""
+        return self.estimate_mib > total_mib
+
+    @property
     def need_mib(self) -> int:
         """Free memory a packed run waits for: the estimate with a margin, and its CUDA context."""
         return int(PACKING_MARGIN * self.peak_mib) + 1 + self.context_mib
 
     def note(self) -> str:
         return (
-            f"estimated {self.peak_mib + self.context_mib} MiB per GPU: model states {self.states_mib} + activations "
+            f"estimated {self.estimate_mib} MiB per GPU: model states {self.states_mib} + activations "
             f"{self.activations_mib} + CUDA context {self.context_mib} MiB (training.footprint; python -m training.show)"
         )
 
@@ -265,7 +274,7 @@ class RunMemory:
         """:class:`LaunchError` naming the keys when the estimate alone exceeds the GPU."""
         from launch.errors import LaunchError
 
-        if self.peak_mib + self.context_mib > total_mib:
+        if self.exceeds(total_mib):
             raise LaunchError(
                 f"{where}training.micro_batch_size={self.micro_batch} (model.recompute={self.recompute}): "
                 f"{self.note()} is more than GPU {gpu} has ({total_mib} MiB); lower training.micro_batch_size "

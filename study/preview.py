@@ -92,9 +92,8 @@ def gpu_memory_lines(s: Study, deepest: list[tuple[str, object]], total_mib: Opt
 
     lines = []
     for where, cfg in deepest:
-        cfg.model.vocab_size = s.vocab_size  # type: ignore[attr-defined]
-        mem = run_memory(cfg, 1)
-        if total_mib is not None and mem.peak_mib + mem.context_mib > total_mib:
+        mem = run_memory(replace(cfg, model=replace(cfg.model, vocab_size=s.vocab_size)), 1)  # type: ignore[type-var]
+        if total_mib is not None and mem.exceeds(total_mib):
             raise LaunchError(
                 f"{where}{mem.note()} is more than the GPU has ({total_mib} MiB): lower the study file's "
                 f"micro_batch ({s.micro_batch}) or set model.recompute in a variant"
