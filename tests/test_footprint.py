@@ -111,15 +111,14 @@ def _split(name):
 def test_split_parameters_reads_megatrons_marks_on_the_model(megatron, untied):
     """The one owner of "which parameters TP splits" is megatron's ``tensor_model_parallel``
     attribute on the meta-built model (training.show's build), not a name pattern here."""
-    from training.footprint import split_parameters
-    from training.show import _meta_model
+    from training.footprint import meta_model, split_parameters
 
     cfg = tiny_config(
         "model.add_bias_linear=true",
         "model.position_embedding_type=learned_absolute",
         f"model.untie_embeddings_and_output_weights={str(untied).lower()}",
     )
-    _, model = _meta_model(cfg)
+    _, model = meta_model(cfg)
     rows = split_parameters(model)
     assert {n for n, _, s in rows if s} == {n for n, _, _ in rows if _split(n)}
     assert "embedding.position_embeddings.weight" in {n for n, _, s in rows if not s}
@@ -127,10 +126,9 @@ def test_split_parameters_reads_megatrons_marks_on_the_model(megatron, untied):
 
 
 def test_split_parameters_of_linear1_split_its_one_matrix(megatron):
-    from training.footprint import split_parameters
-    from training.show import _meta_model
+    from training.footprint import meta_model, split_parameters
 
-    _, model = _meta_model(tiny_config("model.block=linear1"))
+    _, model = meta_model(tiny_config("model.block=linear1"))
     split = {n for n, _, s in split_parameters(model) if s}
     assert "decoder.layers.0.mlp.linear_fc.weight" in split
     assert not any("norm" in n for n in split)

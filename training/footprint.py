@@ -69,6 +69,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -367,15 +368,51 @@ def peak_stage(stages: list[StageMemory]) -> StageMemory:
     return max(stages, key=lambda st: st.peak)
 
 
-def config_peak(cfg: RunConfig, gpus: int | None = None) -> StageMemory:
-    """The memory per GPU of ``cfg``'s largest pipeline stage on ``gpus`` GPUs (None: TP x PP,
-    data-parallel 1), from its model built on the meta device (``training.show``'s build)."""
-    from training.show import _meta_model
+def vocab_size_of(cfg: RunConfig) -> int:
+    """The vocabulary size a run will use (from the config, else the data manifest)."""
+    from runconfig import ConfigError
 
+    if cfg.model.vocab_size is not None:
+        return cfg.model.vocab_size
+    if cfg.data.manifest:
+        from data_prep.manifest import read_manifest
+
+        return read_manifest(cfg.data.manifest).vocab_size
+    if cfg.data.tokenizer:
+        from data_prep.tokenizer import load_tokenizer
+
+        return load_tokenizer(cfg.data.tokenizer).vocab_size
+    raise ConfigError("model.vocab_size: needed to build the table (or give data.manifest / data.tokenizer)")
+
+
+def meta_model(cfg: RunConfig) -> tuple[Any, torch.nn.Module]:
+    """``cfg``'s resolved parametrization and its patched model as one stage (TP = PP = 1) on the
+    meta device: no memory; initialization on, which costs nothing there and is what makes
+    megatron mark the weights it splits over tensor-parallel ranks (:func:`split_parameters`)."""
+    from training.checkpoint import one_process_config
+    from training.distributed import single_process
+    from training.model import Placement, build_model, padded_vocab_size, resolve
+
+    resolved = resolve(cfg)
+    vocab = padded_vocab_size(vocab_size_of(cfg), cfg.parallel.tensor_model_parallel_size)
+    with single_process(), torch.device("meta"):
+        return resolved, build_model(one_process_config(cfg), vocab, Placement(initialize=True), resolved=resolved)
+
+
+def stage_counts(
+    cfg: RunConfig, params: list[tuple[str, list[int], bool]], gpus: int | None = None
+) -> tuple[ParameterCounts, int, int]:
+    """(parameter counts, padded vocabulary, data-parallel size) of ``cfg`` on ``gpus`` GPUs (None:
+    TP x PP, data-parallel 1), whose one-stage model has ``params`` (:func:`split_parameters`)."""
     m, par = cfg.model, cfg.parallel
     tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
-    _, model = _meta_model(cfg)
-    params = split_parameters(model)
-    vocab = next(shape[0] for name, shape, _ in params if name == "embedding.word_embeddings.weight")
     counts = count_parameters(params, m.num_layers, tp, pp, tied=not m.untie_embeddings_and_output_weights)
-    return peak_stage(activation_memory(cfg, vocab, counts, (gpus or tp * pp) // (tp * pp)))
+    vocab = next(shape[0] for name, shape, _ in params if name == "embedding.word_embeddings.weight")
+    return counts, vocab, (gpus or tp * pp) // (tp * pp)
+
+
+def config_peak(cfg: RunConfig, gpus: int | None = None) -> StageMemory:
+    """The memory per GPU of ``cfg``'s largest pipeline stage on ``gpus`` GPUs (None: TP x PP,
+    data-parallel 1), from its model built on the meta device (:func:`meta_model`)."""
+    counts, vocab, dp = stage_counts(cfg, split_parameters(meta_model(cfg)[1]), gpus)
+    return peak_stage(activation_memory(cfg, vocab, counts, dp))

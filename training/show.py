@@ -5,7 +5,7 @@ multi-billion-parameter config prints in seconds and lists megatron's real param
 Below the table: parameter counts (total, per GPU at the config's TP and PP), model-state
 memory per GPU (``training.footprint``; ``--gpus N`` gives the data-parallel size the
 distributed optimizer shards over), activation memory per GPU and the peak of the largest
-pipeline stage (``training.footprint.activation_memory``) and model FLOPs per token and step (``training.flops``).
+pipeline stage (``training.footprint.activation_memory``; the model built by ``training.footprint.meta_model``) and model FLOPs per token and step (``training.flops``).
 ``--json`` prints the table alone (the same JSON as a run's ``parametrization.json``).
 """
 
@@ -15,40 +15,10 @@ import json
 import sys
 from typing import Any
 
-import torch
-
 from jobscripts.quiet import quiet_libraries
 from runconfig import ConfigError, OverridesParser, load_config
 from runconfig.schema import RunConfig
 from rundir.contract import ExitCode
-
-
-def vocab_size_of(cfg: RunConfig) -> int:
-    """The vocabulary size a run will use (from the config, else the data manifest)."""
-    if cfg.model.vocab_size is not None:
-        return cfg.model.vocab_size
-    if cfg.data.manifest:
-        from data_prep.manifest import read_manifest
-
-        return read_manifest(cfg.data.manifest).vocab_size
-    if cfg.data.tokenizer:
-        from data_prep.tokenizer import load_tokenizer
-
-        return load_tokenizer(cfg.data.tokenizer).vocab_size
-    raise ConfigError("model.vocab_size: needed to build the table (or give data.manifest / data.tokenizer)")
-
-
-def _meta_model(cfg: RunConfig) -> tuple[Any, torch.nn.Module]:
-    """``cfg``'s resolved parametrization and its patched model as one stage (TP = PP = 1) on the
-    meta device: no memory; initialization on, which costs nothing there and is what makes
-    megatron mark the weights it splits over tensor-parallel ranks (``training.footprint``)."""
-    from training.distributed import single_process
-    from training.model import Placement, build_model, padded_vocab_size, resolve
-
-    resolved = resolve(cfg)
-    vocab = padded_vocab_size(vocab_size_of(cfg), cfg.parallel.tensor_model_parallel_size)
-    with single_process(), torch.device("meta"):
-        return resolved, build_model(_single_stage(cfg), vocab, Placement(initialize=True), resolved=resolved)
 
 
 def size_lines(cfg: RunConfig, params: list[tuple[str, list[int], bool]], gpus: int | None = None) -> list[str]:
@@ -56,14 +26,12 @@ def size_lines(cfg: RunConfig, params: list[tuple[str, list[int], bool]], gpus: 
     has ``params`` (``training.footprint.split_parameters``), on ``gpus`` GPUs (None: tensor x
     pipeline parallel size, data-parallel 1)."""
     from training.flops import forward_flops_per_token
-    from training.footprint import GIB, count_parameters, state_bytes
+    from training.footprint import GIB, stage_counts, state_bytes
 
     m, par = cfg.model, cfg.parallel
     tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
-    dp = (gpus or tp * pp) // (tp * pp)
-    counts = count_parameters(params, m.num_layers, tp, pp, tied=not m.untie_embeddings_and_output_weights)
+    counts, vocab, dp = stage_counts(cfg, params, gpus)
     b = state_bytes(cfg, dp)
-    vocab = next(shape[0] for name, shape, _ in params if name == "embedding.word_embeddings.weight")
     full, causal = (3 * forward_flops_per_token(cfg, vocab, causal=c) for c in (False, True))
     tokens = cfg.training.global_batch_size * m.seq_length
     sharded = f" (sharded over DP={b.dp})" if b.dp > 1 else ""
@@ -107,17 +75,6 @@ def memory_lines(cfg: RunConfig, counts: Any, vocab: int, dp: int) -> list[str]:
     ]
 
 
-def _single_stage(cfg: RunConfig) -> RunConfig:
-    import dataclasses
-
-    return dataclasses.replace(
-        cfg,
-        parallel=dataclasses.replace(
-            cfg.parallel, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, sequence_parallel=False
-        ),
-    )
-
-
 def main(argv: list[str] | None = None) -> ExitCode:
     quiet_libraries()
     parser = OverridesParser(
@@ -142,8 +99,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
             except ValueError as exc:
                 raise ValueError(f"--gpus {args.gpus}: {exc}") from None
         from patches.table import build_table, global_parameters
+        from training.footprint import meta_model
 
-        resolved, model = _meta_model(cfg)
+        resolved, model = meta_model(cfg)
         table = build_table(resolved, global_parameters(model))
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
