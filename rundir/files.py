@@ -311,9 +311,9 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     """The steps of ``run_dir``'s complete checkpoints (a :func:`step_dir_name` folder with its common file)."""
     steps = []
     for path in (Path(run_dir) / CHECKPOINTS_DIR).glob("step_*"):
-        digits = path.name.removeprefix("step_")
-        if digits.isdecimal() and (path / COMMON_FILE).is_file():
-            steps.append(int(digits))
+        step = checkpoint_step(path.name)
+        if step is not None and (path / COMMON_FILE).is_file():
+            steps.append(step)
     return sorted(steps)
 
 
