@@ -76,8 +76,8 @@ MEGATRON_LM_ARGS: dict[str, MegatronArg] = {
         "continue",
         spelling="--override-opt_param-scheduler",
         note="with checkpoint.init_from: the source's weights, optimizer state, step, RNG and data position, this "
-        "run's training.steps, scheduler.*, optimizer.lr and optimizer.min_lr_ratio from there (each group's peak and "
-        "floor set after loading; a resume of the same run.dir refuses a changed schedule)",
+        "run's training.steps, scheduler.*, optimizer.lr, optimizer.min_lr_ratio, optimizer.weight_decay and "
+        "optimizer.clip_grad from there (each group's peak and floor set after loading; a resume of the same run.dir refuses a changed schedule)",
     ),
     "pretrained_checkpoint": MegatronArg(
         "checkpoint.init_from",

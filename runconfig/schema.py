@@ -255,8 +255,8 @@ class CheckpointConfig:
     #   weights: the model weights only, at step 0, into any TP/PP layout (Megatron-LM's --finetune);
     #   continue: everything a resume takes (weights, optimizer state, step count, RNG, so the data
     #     position), with this run's own schedule keys applied from that step on: training.steps,
-    #     scheduler.*, eval.at, eval.interval, and the peak and floor LR optimizer.lr and
-    #     optimizer.min_lr_ratio (Megatron-LM's --load of another run's checkpoint with
+    #     scheduler.*, eval.at, eval.interval, the peak and floor LR optimizer.lr and
+    #     optimizer.min_lr_ratio, optimizer.weight_decay and optimizer.clip_grad (Megatron-LM's --load of another run's checkpoint with
     #     --override-opt_param-scheduler): WSD cooldown branches and extensions of a finished run.
     #     Anything else that differs from the source (model shape, parametrization, the rest of
     #     the optimizer, data, global batch) is refused, as is a source step >= training.steps.

@@ -171,6 +171,60 @@ def test_a_cooldown_to_another_floor_and_peak_uses_the_branch_bounds_per_group(s
     assert summary(cut)["final_val_loss"] == summary(run)["final_val_loss"]
 
 
+def cpu_state(run_dir: Path, step: int) -> dict:
+    """A TP=PP=1 CPU checkpoint's model and torch optimizer state."""
+    from training.checkpoint import CPU_MODEL_FILE
+
+    return torch.load(run_dir / "checkpoints" / f"step_{step:08d}" / CPU_MODEL_FILE, weights_only=False)
+
+
+def test_a_branch_with_another_weight_decay_and_clip_applies_them_from_its_first_step(source, tmp_path):
+    """Branches of A@6 (AdamW, weight decay 0, clip 1.0) that train step 7 at each group's peak (a
+    1-step cooldown is step 8). Loading A's optimizer state restores every group's weight_decay
+    (0); megatron's scheduler then writes optimizer.weight_decay x the group's wd_mult over it (its
+    start_wd/end_wd are class values the override keeps). By hand, AdamW's step is
+    p <- p (1 - lr wd) - u with u the same Adam step in both branches (same weights, moments and
+    grads), so W7(wd 0.5) - W7(wd 0) = -max_lr_g x 0.5 x wd_mult_g x W6 per tensor, and 0 where
+    wd_mult is 0 (biases, norms). The clip threshold is this run's: with optimizer.clip_grad=1e-8 the
+    clipped gradient is ~0, so the moments only decay: exp_avg7 = beta1 exp_avg6, exp_avg_sq7 =
+    beta2 exp_avg_sq6 (0.9, 0.95); with A's clip 1.0 they do not. Before, both were refused."""
+    schedule = ("training.steps=8", "scheduler.wsd_decay_steps=1", "checkpoint.interval=1")
+    runs = {"same": (), "decayed": ("optimizer.weight_decay=0.5",), "clipped": ("optimizer.clip_grad=1e-8",)}
+    for name, overrides in runs.items():
+        out = branch(source, tmp_path / name, *schedule, *overrides)
+        assert out.returncode == 0, out.stderr[-3000:]
+    a6 = cpu_state(source, BRANCH_AT)
+    same, decayed, clipped = (cpu_state(tmp_path / name, 7) for name in runs)
+    groups = decayed["optimizer"]["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [0.5 * g["wd_mult"] for g in groups]
+    assert {g["weight_decay"] for g in same["optimizer"]["param_groups"]} == {0.0}
+    assert [g["max_lr"] for g in groups] == [g["max_lr"] for g in a6["optimizer"]["param_groups"]]
+    shrink = {g["max_lr"] * g["weight_decay"] for g in groups if g["weight_decay"] > 0}
+    assert len(shrink) > 1  # depth-muP: decayed groups with different LR factors
+    found, undecayed = set(), 0
+    for name, w6 in a6["model"].items():
+        if not isinstance(w6, torch.Tensor) or not torch.is_floating_point(w6):
+            continue
+        w6 = w6.double()
+        diff = decayed["model"][name].double() - same["model"][name].double()
+        if not diff.any():
+            undecayed += 1
+            continue
+        big = w6.abs() > 0.1 * w6.abs().max()
+        c = min(shrink, key=lambda k: abs(k - float((-diff[big] / w6[big]).median())))
+        assert torch.allclose(diff, -c * w6, rtol=1e-3, atol=1e-6 * float(w6.abs().max())), name
+        found.add(c)
+    assert found == shrink and undecayed > 0
+    moved = 0.0
+    for i, a in a6["optimizer"]["state"].items():
+        c, s = clipped["optimizer"]["state"][i], same["optimizer"]["state"][i]
+        assert torch.allclose(c["exp_avg"], 0.9 * a["exp_avg"], rtol=1e-6, atol=1e-9), i
+        assert torch.allclose(c["exp_avg_sq"], 0.95 * a["exp_avg_sq"], rtol=1e-6, atol=1e-15), i
+        moved = max(moved, float((s["exp_avg"] - 0.9 * a["exp_avg"]).abs().max()))
+    assert moved > 1e-4  # clip 1.0: the gradient enters the moments
+    assert train_rows(tmp_path / "clipped")[7]["grad_norm"] == train_rows(source)[7]["grad_norm"]  # before clipping
+
+
 def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     """Exit 2 before training, naming the source checkpoint and each key, with why."""
     folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
@@ -182,6 +236,7 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
         "parametrization.block_multiplier=2.0",
         "optimizer.name=adam",
         "optimizer.adam_beta2=0.99",
+        "optimizer.sgd_momentum=0.5",
         "training.global_batch_size=16",
         "data.seed=7",
     )
@@ -193,6 +248,7 @@ def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
         "parametrization.block_multiplier: 1.0 -> 2.0",
         "optimizer.name: 'adamw' -> 'adam' (the optimizer state is the source optimizer's",
         "optimizer.adam_beta2: 0.95 -> 0.99 (loading the optimizer state restores each group's betas",
+        "optimizer.sgd_momentum: 0.9 -> 0.5 (loading the optimizer state restores each group's momentum",
         "training.global_batch_size: 8 -> 16 (the data position is the step count",
         "data.seed: 1234 -> 7",
     ):

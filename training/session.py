@@ -469,8 +469,21 @@ def continue_from(
 # What a continued run may set differently from the run it continues (beyond what a resume may):
 # the schedule (Megatron-LM's --override-opt_param-scheduler) and where it evaluates.
 # The peak and floor LR are schedule values too: megatron's scheduler reads them from the groups,
-# which continue_from sets from this run's config after loading.
-BRANCH_CHANGES = ("training.steps", "scheduler.", "eval.at", "eval.interval", "optimizer.lr", "optimizer.min_lr_ratio")
+# which continue_from sets from this run's config after loading. The weight decay is the
+# scheduler's (start_wd = end_wd = optimizer.weight_decay, class values it keeps): its step
+# writes each group's weight_decay = that x the group's wd_mult, over what the optimizer state
+# restored. The clip threshold is read from this run's config at each step (CpuOptimizer,
+# megatron's optimizer config), never from the optimizer state.
+BRANCH_CHANGES = (
+    "training.steps",
+    "scheduler.",
+    "eval.at",
+    "eval.interval",
+    "optimizer.lr",
+    "optimizer.min_lr_ratio",
+    "optimizer.weight_decay",
+    "optimizer.clip_grad",
+)
 # Why the other keys cannot differ, by key prefix (the first match is said).
 CONTINUE_REFUSALS = (
     (
@@ -487,9 +500,13 @@ CONTINUE_REFUSALS = (
         "loading the optimizer state restores each group's betas and eps from the source: a new value would be ignored",
     ),
     (
+        "optimizer.sgd_momentum",
+        "loading the optimizer state restores each group's momentum from the source: a new value would be ignored",
+    ),
+    (
         "optimizer.",
-        "not a schedule key: a branch may change the peak and floor LR (optimizer.lr, optimizer.min_lr_ratio) "
-        "and the schedule, not the rest of the optimizer",
+        "not a schedule key: a branch may change the peak and floor LR (optimizer.lr, optimizer.min_lr_ratio), "
+        "optimizer.weight_decay, optimizer.clip_grad and the schedule, not the rest of the optimizer",
     ),
     ("data.", "the data position is a position in the source's data (data set, tokenizer, order)"),
     ("run.seed", "the RNG state continues the source's"),
