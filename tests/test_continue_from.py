@@ -225,6 +225,53 @@ def test_a_branch_with_another_weight_decay_and_clip_applies_them_from_its_first
     assert train_rows(tmp_path / "clipped")[7]["grad_norm"] == train_rows(source)[7]["grad_norm"]  # before clipping
 
 
+FAKE_WANDB = """import json, os, types
+def _write(row):
+    with open(os.environ["FAKE_WANDB_LOG"], "a") as f:
+        f.write(json.dumps(row, default=str) + "\\n")
+def init(**kwargs):
+    _write({"init": kwargs})
+    return types.SimpleNamespace(log=lambda values, step: _write({"step": step}), finish=lambda: None)
+util = types.SimpleNamespace(generate_id=lambda: "branch-id")
+"""
+
+
+def test_a_branch_forks_the_source_wandb_run_and_its_tensorboard_starts_after_the_branch_step(source, tmp_path):
+    """The trainer, with logging.tensorboard and logging.wandb (a stand-in wandb module that writes
+    what it is given), continuing A@6 where A's run directory names its W&B run (wandb_id):
+    wandb.init gets fork_from="<A's id>?_step=6" and no resume, the first step it logs is 7; the
+    TensorBoard loss curve is the branch's metrics.jsonl rows, steps 7-9, nothing before."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    planted = tmp_path / "A"
+    shutil.copytree(source, planted)
+    (planted / "wandb_id").write_text("source-id\n")
+    fake = tmp_path / "fake"
+    (fake / "wandb").mkdir(parents=True)
+    (fake / "wandb" / "__init__.py").write_text(FAKE_WANDB)
+    calls = tmp_path / "wandb_calls.jsonl"
+    folder = planted / "checkpoints" / f"step_{BRANCH_AT:08d}"
+    run = tmp_path / "B"
+    cmd = [sys.executable, "train_gpt.py", "--config", str(TINY), f"run.dir={run}", *WSD, "training.steps=9",
+           f"checkpoint.init_from={folder}", "checkpoint.init_mode=continue", "logging.tensorboard=true",
+           "logging.wandb=true", "logging.wandb_project=p"]  # fmt: skip
+    environ = env()
+    environ.update(PYTHONPATH=f"{fake}:{environ['PYTHONPATH']}", FAKE_WANDB_LOG=str(calls))
+    out = subprocess.run(cmd, cwd=REPO, env=environ, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in calls.read_text().splitlines()]
+    (init,) = [r["init"] for r in rows if "init" in r]
+    assert init["fork_from"] == f"source-id?_step={BRANCH_AT}" and "resume" not in init
+    assert init["id"] == "branch-id" and init["config"]["branch_of"]["wandb_id"] == "source-id"
+    assert min(r["step"] for r in rows if "step" in r) == BRANCH_AT + 1
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    b = train_rows(run)
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [
+        (step, pytest.approx(b[step]["loss"], rel=1e-6)) for step in (7, 8, 9)
+    ]
+
+
 def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     """Exit 2 before training, naming the source checkpoint and each key, with why."""
     folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"

@@ -291,7 +291,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
         atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
         lg = cfg.logging
-        runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict, resume.step)
+        runlog = RunLog(run_dir, lg.tensorboard, lg.wandb, lg.wandb_project, config_dict, resume.step, branch)
     log.info(
         "run %s: %s L=%d n=%d lr=%g on %s (%s, tp=%d pp=%d dp=%d), %d steps x %d sequences "
         "(%d micro-batches of %d x data-parallel size %d)",
