@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "coord-check": "eval.coord_check",
     "diversity": "eval.diversity_cmd",
     "dynamics": "eval.dynamics_cmd",
+    "loss-curves": "eval.loss_curves",
     "lm-eval": "eval.lm_eval_cmd",
 }
 

@@ -38,6 +38,7 @@ __all__ = [
     "CONFIG_FILE",
     "DIAGNOSTICS_FILE",
     "HF_EXPORT_DIR",
+    "INHERITED_FROM",
     "LM_EVAL_FILE",
     "LM_EVAL_SAMPLES_FILE",
     "LOCK_FILE",
@@ -54,6 +55,7 @@ __all__ = [
     "number",
     "read_diagnostics",
     "read_metrics",
+    "read_metrics_with_source",
     "read_summary",
     "step_dir_name",
     "truncate_diagnostics",
@@ -240,6 +242,40 @@ def _with_numbers(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dic
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
     return _with_numbers(_read_rows(Path(run_dir) / METRICS_FILE), ("loss", "val_loss", "grad_norm"))
+
+
+INHERITED_FROM = "inherited_from"  # the key marking a row a branch inherited from its source
+
+
+def read_metrics_with_source(run_dir: Path) -> list[dict[str, Any]]:
+    """The whole loss curve of a run: where it continued another run (``checkpoint.init_mode=
+    continue``; :func:`branch_source`: ``summary.json``'s ``branch_of``, else its own latest
+    checkpoint's), that run's rows up to the branch step, each marked ``inherited_from: <its run
+    directory>``, then this run's own rows (which start after the branch step); a source that is
+    itself a branch gives its own source's prefix the same way. The one place that joins a
+    branch to its source: plots and analyses of whole curves read this, never the two files.
+    An inherited eval row's ``fraction`` is of the source's ``training.steps``. RunDirError where
+    the source's ``metrics.jsonl`` is gone (a moved or deleted source sweep)."""
+    return _with_source(Path(run_dir), set())
+
+
+def _with_source(run_dir: Path, seen: set[Path]) -> list[dict[str, Any]]:
+    own = read_metrics(run_dir)
+    source = branch_source(run_dir, None)
+    if source is None or not source.get("run_dir") or source.get("step") is None:
+        return own
+    src, step = Path(source["run_dir"]), int(source["step"])
+    if src.resolve() in seen | {run_dir.resolve()}:
+        raise RunDirError(f"{run_dir}: its branch_of names {src}, which is already in its lineage")
+    if not (src / METRICS_FILE).is_file():
+        raise RunDirError(
+            f"{run_dir}: continues {src} (step {step}; summary.json branch_of), which has no {METRICS_FILE}: "
+            "the source sweep moved or is gone, so the curve before the branch step cannot be joined"
+        )
+    inherited = [r for r in _with_source(src, seen | {run_dir.resolve()}) if r.get("step", 0) <= step]
+    for row in inherited:
+        row.setdefault(INHERITED_FROM, str(src))
+    return inherited + own
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:

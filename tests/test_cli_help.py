@@ -375,7 +375,7 @@ def test_eval_doc_synopses_list_every_option():
     for doc, _, _module, sub, options in SYNOPSES:
         if doc == "docs/eval.md":
             listed.setdefault(sub[0], set()).update(options)
-    assert set(listed) == {"coord-check", "transfer", "lm-eval", "dynamics", "diversity"}
+    assert set(listed) == {"coord-check", "transfer", "lm-eval", "dynamics", "diversity", "loss-curves"}
     for sub, options in listed.items():
         actions = subparsers[sub]._actions
         have = {a.option_strings[-1] for a in actions if a.option_strings and a.help != argparse.SUPPRESS}

@@ -272,6 +272,61 @@ def test_a_branch_forks_the_source_wandb_run_and_its_tensorboard_starts_after_th
     ]
 
 
+def test_a_branch_curve_is_its_source_rows_up_to_the_branch_step_then_its_own(source, tmp_path, capsys):
+    """E continues A@6 to step 9 (3-step cooldown), G continues E@8 to step 10: G's whole curve
+    (rundir.files.read_metrics_with_source) is A's rows 1-6 marked inherited_from A, E's rows 7-8
+    marked inherited_from E, then G's own rows 9-10, row for row (losses, grad norms, LRs as
+    written). `eval loss-curves` writes those rows, naming the source run of each; a source moved
+    away is named in a warning and the curve starts after the branch step."""
+    from eval.__main__ import main as eval_main
+    from rundir.files import INHERITED_FROM, RunDirError, read_metrics, read_metrics_with_source
+
+    e, g = tmp_path / "E", tmp_path / "G"
+    out = branch(source, e, "training.steps=9", "scheduler.wsd_decay_steps=3", "checkpoint.interval=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = train(g, f"checkpoint.init_from={e / 'checkpoints' / 'step_00000008'}", "checkpoint.init_mode=continue",
+                "training.steps=10", "scheduler.wsd_decay_steps=3")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    whole = read_metrics_with_source(g)
+    want = (
+        [{**r, INHERITED_FROM: str(source.resolve())} for r in read_metrics(source) if r["step"] <= BRANCH_AT]
+        + [{**r, INHERITED_FROM: str(e.resolve())} for r in read_metrics(e) if r["step"] <= 8]
+        + read_metrics(g)
+    )
+    assert whole == want
+    assert [r["step"] for r in whole if r["kind"] == "train"] == list(range(1, 11))
+    a, rows_e, rows_g = train_rows(source), train_rows(e), train_rows(g)
+    assert [r["loss"] for r in whole if r["kind"] == "train"] == [a[s]["loss"] for s in range(1, 7)] + [
+        rows_e[7]["loss"],
+        rows_e[8]["loss"],
+        rows_g[9]["loss"],
+        rows_g[10]["loss"],
+    ]
+    assert read_metrics_with_source(source) == read_metrics(source)  # no branch_of: its own rows
+    assert eval_main(["loss-curves", str(g), "--out", str(tmp_path / "curves")]) == 0
+    assert (tmp_path / "curves" / "loss_curves.png").stat().st_size > 0
+    lines = (tmp_path / "curves" / "loss_curves.csv").read_text().splitlines()
+    assert lines[0] == "run_id,num_layers,lr,kind,step,loss,val_loss,inherited_from"
+    train_lines = [line.split(",") for line in lines[1:] if line.split(",")[3] == "train"]
+    assert [(int(c[4]), float(c[5]), c[7]) for c in train_lines] == [
+        (r["step"], r["loss"], Path(r[INHERITED_FROM]).name if INHERITED_FROM in r else "")
+        for r in whole
+        if r["kind"] == "train"
+    ]
+    assert {c[7] for c in train_lines} == {source.name, "E", ""}
+    moved = tmp_path / "G_moved"
+    shutil.copytree(g, moved)
+    data = summary(moved)
+    data["branch_of"]["run_dir"] = str(tmp_path / "gone")
+    (moved / "summary.json").write_text(json.dumps(data))
+    with pytest.raises(RunDirError, match=f"continues {tmp_path / 'gone'} \\(step 8; summary.json branch_of\\)"):
+        read_metrics_with_source(moved)
+    capsys.readouterr()
+    assert eval_main(["loss-curves", str(moved), "--out", str(tmp_path / "curves2"), "--no-figures"]) == 0
+    assert "the source sweep moved or is gone" in capsys.readouterr().err
+    assert len((tmp_path / "curves2" / "loss_curves.csv").read_text().splitlines()) == 1 + len(read_metrics(g))
+
+
 def test_what_cannot_be_continued_is_refused_with_its_key(source, tmp_path):
     """Exit 2 before training, naming the source checkpoint and each key, with why."""
     folder = source / "checkpoints" / f"step_{BRANCH_AT:08d}"
