@@ -57,7 +57,7 @@ def run_yaida_check(
     """Per s: the mean feature change at each width over ``seeds`` and its log-log slope."""
     from tqdm import tqdm
 
-    from eval.coord_check import slope
+    from eval.coord_check_rules import slope
     from training.distributed import single_process
 
     if len(widths) < 2:
