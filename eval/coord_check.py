@@ -437,9 +437,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
 
 
+# --yaida-s sets these keys for every run it makes (eval/coord_check_yaida.yaida_config): the
+# config is loaded without them, so that a value it or an override holds (width=yaida with no s
+# yet) is neither refused nor blamed on the file.
+YAIDA_OWNED = ("parametrization.width=null", "parametrization.yaida_s=null")
+
+
 def run(args: argparse.Namespace) -> ExitCode:
+    overrides = [*args.overrides, *(YAIDA_OWNED if args.yaida_s is not None else ())]
     try:
-        cfg = load_config(RunConfig, args.config, args.overrides)
+        cfg = load_config(RunConfig, args.config, overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -505,19 +512,30 @@ def _verdict(results: dict[str, Any], out: str | None, draw: Any, passed: bool, 
     return ExitCode.OK if results["passed"] else ExitCode.FAILED
 
 
-def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:
-    from eval.coord_check_yaida import plot_yaida, run_yaida_check
-
+def yaida_flags(args: argparse.Namespace) -> str | None:
+    """Why the --yaida-s flags give no check, naming the flag at fault (None when they give one)."""
     bad = [s for s in args.yaida_s if not 0.0 <= s <= 1.0]
-    if bad or not args.widths or len(args.widths) < 2 or args.seeds < 1:
-        why = f"--yaida-s: {bad} outside [0, 1]" if bad else "--widths: give at least two widths (--seeds >= 1)"
-        print(f"error: {why}", file=sys.stderr)
-        return ExitCode.USAGE
+    if bad:
+        return f"--yaida-s: {bad} outside [0, 1]"
+    if len(args.widths or []) < 2:
+        return f"--widths {args.widths or '(none)'}: the s axis needs at least two widths"
+    if args.seeds < 1:
+        return f"--seeds: {args.seeds}; give at least 1"
+    return check_axes(args.depths[:1], args.widths, args.steps)
+
+
+def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:
+    from eval.coord_check_yaida import plot_yaida, prepare_yaida, run_yaida_check
+
     try:
-        results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
+        why = yaida_flags(args)
+        if why:
+            raise ValueError(why)
+        prepare_yaida(cfg, args.yaida_s, args.widths, args.depths[0])
     except ValueError as exc:  # e.g. optimizer adamw: the family has no Adam rule
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
     worst = max(abs(r["slope"] - r["expected_slope"]) for r in results["s_axis"])
     results["max_slope_error"] = args.max_slope_error
     for r in results["s_axis"]:
