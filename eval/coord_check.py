@@ -404,11 +404,25 @@ def table_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shape_value(text: str) -> int:
+    """A --depths / --widths value; a ``key=value`` override there (the list took it in) is
+    refused saying where overrides go."""
+    if "=" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a key=value override, read here as one more value of the list: give the overrides "
+            "right after --config FILE, or at the end after an option that takes one value (--steps K)"
+        )
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="run config YAML (model, parametrization, optimizer)")
-    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--depths", type=shape_value, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument(
-        "--widths", type=int, nargs="*", default=None,
+        "--widths", type=shape_value, nargs="*", default=None,
         help="hidden sizes (default: the config's); two or more add the width check (slopes vs width per depth)",
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps K")

@@ -121,3 +121,16 @@ def test_width_check_judges_each_rule_by_its_column(megatron, tmp_path, capsys, 
         assert results["violations"] == [] and "PASS" in out
     if preset == "sp" and not expect:
         assert "not stable: the stream change grows with width (>= +1.00) by design" in out
+
+
+def test_an_override_after_the_depths_says_where_overrides_go(capsys):
+    from eval.__main__ import main
+
+    # --depths takes a list, so an override after it was read as a depth: before, only
+    # "invalid int value: 'model.seq_length=16'".
+    with pytest.raises(SystemExit) as stop:
+        main(["coord-check", "--config", str(TINY), "--depths", "2", "4", "model.seq_length=16"])
+    assert stop.value.code == 2
+    assert "argument --depths: 'model.seq_length=16' is a key=value override, read here as one more value" in (
+        capsys.readouterr().err
+    )
