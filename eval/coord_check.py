@@ -502,15 +502,19 @@ def run(args: argparse.Namespace) -> ExitCode:
     return _verdict(results, args.out, draw, not failures, summary + _stability(results))
 
 
+STABLE = {"depth": "depth_mup", "width": "mup"}  # the preset --expect names to ask "is it stable?"
+
+
 def _stability(results: dict[str, Any]) -> str:
     """A reminder when the judged parametrization is not stable by design (its stream change
     grows with depth or width: SP): a PASS then says it grows as predicted, not that it is stable."""
     notes = [
-        f"the stream change grows with {axis} ({describe(cell)}) by design"
+        f"the stream change grows with {axis} ({describe(cell)}) by design; --expect {STABLE[axis]} judges it as "
+        f"a {axis}-stable model"
         for axis, key in (("depth", "slopes"), ("width", "width_slopes"))
         if results[key] and (cell := (results["expected"][axis]["cells"] or {}).get("stream_change")) not in (None, 0.0)
     ]
-    return f"; not stable: {', '.join(notes)} (--expect depth_mup judges it as a depth-stable model)" if notes else ""
+    return f"; not stable: {', and '.join(notes)}" if notes else ""
 
 
 def _verdict(results: dict[str, Any], out: str | None, draw: Any, passed: bool, summary: str) -> ExitCode:
