@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from eval.coord_check_plots import plot
+from eval.coord_check_rules import QUANTITIES, breaks, describe, expectations, slopes, violations
 from eval.outputs import write_json
 from runconfig import ConfigError, load_config
 from runconfig.schema import RunConfig
@@ -28,7 +28,10 @@ from rundir.contract import ExitCode
 if TYPE_CHECKING:
     import torch
 
-HELP = "activation / update RMS against depth (and width) after K steps; exits 1 when a slope exceeds a bound"
+HELP = (
+    "RMS of the stream, each block, attention and MLP outputs, logits and their changes after K steps against "
+    "depth (and width); exits 1 when a slope breaks what the parametrization predicts"
+)
 
 
 @dataclasses.dataclass
@@ -36,12 +39,20 @@ class CoordRecord:
     num_layers: int
     hidden_size: int
     step: int
-    layer_rms: list[float]  # RMS of each layer's output on the fixed batch
+    layer_rms: list[float]  # RMS of each layer's output on the fixed batch (the residual stream)
     layer_delta_rms: list[float]  # RMS of (output - output at init)
     logits_rms: float = 0.0  # RMS of the output logits (after the logit multiplier)
     logits_delta_rms: float = 0.0  # RMS of (logits - logits at init)
     attn_logits_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: RMS of scale*q.k (causal)
     attn_logits_delta_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: change from init
+    block_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: RMS of output - input
+    block_delta_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: its change from init
+    block_update_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: what its own weight
+    # change does on its current input, (Delta W) x: block(W_t; x_t) - block(W_0; x_t)
+    attn_out_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: attention branch output
+    attn_out_delta_rms: list[float] = dataclasses.field(default_factory=list)  # (before the branch multiplier)
+    mlp_out_rms: list[float] = dataclasses.field(default_factory=list)  # per layer: MLP branch output
+    mlp_out_delta_rms: list[float] = dataclasses.field(default_factory=list)  # (before the branch multiplier)
 
     @property
     def last_rms(self) -> float:
@@ -61,7 +72,7 @@ def _with(cfg: RunConfig, num_layers: int, hidden_size: int | None) -> RunConfig
 
 def layer_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
     """Every transformer layer's output for ``tokens`` (``[s, b, h]`` each, fp32, detached)."""
-    return coordinates(model, tokens)[0]
+    return coordinates(model, tokens).stream
 
 
 def attention_logits(query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
@@ -77,31 +88,75 @@ def attention_logits(query: torch.Tensor, key: torch.Tensor, scale: float) -> to
     return logits[..., causal]
 
 
+@dataclasses.dataclass
+class Coordinates:
+    """One forward pass's coordinates, per transformer layer (fp32, detached): its input, its
+    output (the residual stream), its block contribution (output - input, the branch
+    multiplier included), its attention and MLP branch outputs (bias added, before the branch
+    multiplier: what microsoft/mup's check hooks on ``attn.c_proj`` / ``mlp.c_proj``) and its
+    attention logits (:func:`attention_logits`; none when the core attention is not the
+    toolkit's ``SDPAttention``); and the output logits (after the logit multiplier)."""
+
+    inputs: list[torch.Tensor]
+    stream: list[torch.Tensor]
+    attn_out: list[torch.Tensor]
+    mlp_out: list[torch.Tensor]
+    attn_logits: list[torch.Tensor]
+    logits: torch.Tensor
+
+    @property
+    def block(self) -> list[torch.Tensor]:
+        return [out - x for out, x in zip(self.stream, self.inputs)]
+
+
 def coordinates(
-    model: torch.nn.Module, tokens: torch.Tensor
-) -> tuple[list[torch.Tensor], torch.Tensor, list[torch.Tensor]]:
-    """One forward pass on ``tokens``: every transformer layer's output (``[s, b, h]``, fp32,
-    detached), the output logits (after the logit multiplier) and, per layer, the attention
-    logits (:func:`attention_logits`; none when the core attention is not the toolkit's
-    ``SDPAttention``)."""
+    model: torch.nn.Module, tokens: torch.Tensor, layer_inputs: list[torch.Tensor] | None = None
+) -> Coordinates:
+    """One forward pass on ``tokens``. ``layer_inputs``: each transformer layer's input is
+    replaced by the given tensor (teacher forcing: the model at init fed the inputs the trained
+    model's layers see gives each block's contribution without its own weight change)."""
     import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
     from training.attention import SDPAttention
 
-    outputs: list[torch.Tensor] = []
+    layers = [m for m in model.modules() if isinstance(m, TransformerLayer)]
+    found: dict[str, dict[int, torch.Tensor]] = {k: {} for k in ("inputs", "stream", "attn_out", "mlp_out")}
     attn: list[torch.Tensor] = []
+
+    def keep(kind: str, index: int) -> Any:
+        def hook(_m: Any, _args: Any, out: Any) -> None:
+            value, bias = out if isinstance(out, tuple) else (out, None)
+            value = value if bias is None else value + bias
+            found[kind][index] = value.detach().float()
+
+        return hook
+
+    def layer_input(index: int) -> Any:
+        def hook(_m: Any, args: tuple, kwargs: dict) -> Any:
+            if layer_inputs is not None:
+                if args:
+                    args = (layer_inputs[index], *args[1:])
+                else:
+                    kwargs = {**kwargs, "hidden_states": layer_inputs[index]}
+            found["inputs"][index] = (args[0] if args else kwargs["hidden_states"]).detach().float()
+            return args, kwargs
+
+        return hook
 
     def on_attention(module: SDPAttention, args: tuple, kwargs: dict) -> None:
         query = args[0] if args else kwargs["query"]
         key = args[1] if len(args) > 1 else kwargs["key"]
         attn.append(attention_logits(query, key, module.softmax_scale))
 
-    hooks = [
-        m.register_forward_hook(lambda _m, _a, out: outputs.append(out[0].detach().float()))
-        for m in model.modules()
-        if isinstance(m, TransformerLayer)
-    ]
+    hooks = []
+    for i, layer in enumerate(layers):
+        hooks.append(layer.register_forward_pre_hook(layer_input(i), with_kwargs=True))
+        hooks.append(layer.register_forward_hook(keep("stream", i)))
+        for kind, name in (("attn_out", "self_attention"), ("mlp_out", "mlp")):
+            branch = getattr(layer, name, None)
+            if isinstance(branch, torch.nn.Module):
+                hooks.append(branch.register_forward_hook(keep(kind, i)))
     hooks += [
         m.register_forward_pre_hook(on_attention, with_kwargs=True)
         for m in model.modules()
@@ -113,11 +168,34 @@ def coordinates(
     finally:
         for h in hooks:
             h.remove()
-    return outputs, logits.detach().float(), attn
+    per_layer = {k: [v[i] for i in sorted(v)] for k, v in found.items()}
+    return Coordinates(**per_layer, attn_logits=attn, logits=logits.detach().float())
 
 
 def _rms(t: torch.Tensor) -> float:
     return float(t.pow(2).mean().sqrt())
+
+
+def _rms_each(now: list[torch.Tensor], base: list[torch.Tensor] | None = None) -> list[float]:
+    return [_rms(a) for a in now] if base is None else [_rms(a - b) for a, b in zip(now, base)]
+
+
+def record(
+    num_layers: int, hidden_size: int, step: int, now: Coordinates, init: Coordinates, at_init: list | None
+) -> CoordRecord:
+    """The record of ``now`` against ``init``; ``at_init``: each block's contribution with the
+    weights at init on the input it has now (``None`` at step 0: no update yet), so that
+    ``now.block - at_init`` is what the block's own weight change does, ``(Delta W) x``."""
+    return CoordRecord(
+        num_layers, hidden_size, step,
+        _rms_each(now.stream), _rms_each(now.stream, init.stream),
+        _rms(now.logits), _rms(now.logits - init.logits),
+        _rms_each(now.attn_logits), _rms_each(now.attn_logits, init.attn_logits),
+        _rms_each(now.block), _rms_each(now.block, init.block),
+        _rms_each(now.block, at_init) if at_init is not None else [0.0] * len(now.stream),
+        _rms_each(now.attn_out), _rms_each(now.attn_out, init.attn_out),
+        _rms_each(now.mlp_out), _rms_each(now.mlp_out, init.mlp_out),
+    )  # fmt: skip
 
 
 def measure(
@@ -156,27 +234,30 @@ def measure(
         group["lr"] = group["max_lr"]
         group["weight_decay"] = run.optimizer.weight_decay * group.get("wd_mult", 1.0)
 
-    def snapshot(step: int, init: Any) -> tuple[CoordRecord, Any]:
+    initial = [p.detach().clone() for p in model.parameters()]  # for each block's (Delta W) x
+
+    def with_initial_weights(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each block's contribution with the weights at init on ``inputs`` (the model's own
+        weights are swapped out and back)."""
+        trained = [p.detach().clone() for p in model.parameters()]
+        for p, w in zip(model.parameters(), initial):
+            p.copy_(w)
+        try:
+            return coordinates(model, fixed, inputs).block
+        finally:
+            for p, w in zip(model.parameters(), trained):
+                p.copy_(w)
+
+    def snapshot(step: int, init: Coordinates | None) -> tuple[CoordRecord, Coordinates]:
         model.eval()
         with torch.no_grad():
-            outs, logits, attn = coordinates(model, fixed)
+            now = coordinates(model, fixed)
+            at_init = None if init is None else with_initial_weights(now.inputs)
         model.train()
-        base, base_logits, base_attn = init if init is not None else (outs, logits, attn)
-        rec = CoordRecord(
-            num_layers,
-            run.model.hidden_size,
-            step,
-            [_rms(o) for o in outs],
-            [_rms(o - b) for o, b in zip(outs, base)],
-            _rms(logits),
-            _rms(logits - base_logits),
-            [_rms(a) for a in attn],
-            [_rms(a - b) for a, b in zip(attn, base_attn)],
-        )
-        return rec, (outs, logits, attn)
+        return record(num_layers, run.model.hidden_size, step, now, init or now, at_init), now
 
-    record, init_outputs = snapshot(0, None)
-    records = [record]
+    first, init = snapshot(0, None)
+    records = [first]
     positions = torch.arange(seq).unsqueeze(0).expand(batch_size, seq)
     for step in range(1, steps + 1):
         tokens = fixed_seq if fixed_batch else torch.randint(0, vocab, (batch_size, seq + 1), generator=data_gen)
@@ -184,93 +265,19 @@ def measure(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        records.append(snapshot(step, init_outputs)[0])
+        records.append(snapshot(step, init)[0])
     return records
 
 
-def slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares slope of log2(y) against log2(x)."""
-    lx, ly = np.log2(np.asarray(xs, float)), np.log2(np.maximum(np.asarray(ys, float), 1e-30))
-    return float(np.polyfit(lx, ly, 1)[0])
-
-
-# Slopes of log2 RMS against log2 depth (per width): (step index, record field); any |slope|
-# above --max-slope fails.
-DEPTH_METRICS: dict[str, tuple[int, str]] = {
-    "init_rms": (0, "layer_rms"),
-    "final_rms": (-1, "layer_rms"),
-    "delta_rms": (-1, "layer_delta_rms"),
-}
-
-# Slopes of log2 RMS against log2 width (per depth): (step index, record field, rule). "flat":
-# |slope| <= --max-slope (the residual stream and its change are Theta(1) in width under muP);
-# "no_growth": slope <= --max-slope (muP lets these shrink with width: the logits and the
-# attention logits carry a 1/sqrt(n) part from the random init, and the muP attention scale
-# sqrt(d0)/d makes scale*q.k ~ d^-1/2 until q and k correlate; a blow-up is what fails);
-# "reported": not in the verdict (the logits at init are ~ n^-1/2 under muP by design).
-WIDTH_METRICS: dict[str, tuple[int, str, str]] = {
-    "init_rms": (0, "layer_rms", "flat"),
-    "final_rms": (-1, "layer_rms", "flat"),
-    "delta_rms": (-1, "layer_delta_rms", "flat"),
-    "logits_init_rms": (0, "logits_rms", "reported"),
-    "logits_delta_rms": (-1, "logits_delta_rms", "no_growth"),
-    "attn_logits_rms": (-1, "attn_logits_rms", "no_growth"),
-}
-
-
-def _value(record: dict[str, Any], field: str) -> float | None:
-    """A record's metric: the last layer's for per-layer lists (None when the list is empty)."""
-    value = record[field]
-    if isinstance(value, list):
-        return value[-1] if value else None
-    return value
-
-
-def width_slopes(shapes: list[dict[str, Any]], num_layers: int) -> dict[str, float]:
-    """Per :data:`WIDTH_METRICS`, the slope of log2 RMS against log2 width at ``num_layers``."""
-    rows = sorted((s for s in shapes if s["num_layers"] == num_layers), key=lambda s: s["hidden_size"])
-    widths = [s["hidden_size"] for s in rows]
-    out = {}
-    for name, (step, field, _rule) in WIDTH_METRICS.items():
-        values = [_value(s["records"][step], field) for s in rows]
-        if all(v is not None for v in values):
-            out[name] = slope(widths, values)
-    return out
-
-
-def depth_slopes(shapes: list[dict[str, Any]], hidden_size: int) -> dict[str, float]:
-    """Per :data:`DEPTH_METRICS`, the slope of log2 RMS against log2 depth at ``hidden_size``."""
-    rows = sorted((s for s in shapes if s["hidden_size"] == hidden_size), key=lambda s: s["num_layers"])
-    depths = [s["num_layers"] for s in rows]
-    return {
-        name: slope(depths, [_value(s["records"][step], field) for s in rows])
-        for name, (step, field) in DEPTH_METRICS.items()
-    }
-
-
-def violations(results: dict[str, Any], bound: float) -> list[str]:
-    """One line per slope that breaks its rule (empty: the check passes)."""
-    out = []
-    for width, slopes in results["slopes"].items():
-        for name, value in slopes.items():
-            if abs(value) > bound:
-                out.append(f"width {width}: {name} slope vs depth {value:+.3f}, |slope| > {bound}")
-    for depth, slopes in results["width_slopes"].items():
-        for name, value in slopes.items():
-            rule = WIDTH_METRICS[name][2]
-            if (rule == "flat" and abs(value) > bound) or (rule == "no_growth" and value > bound):
-                limit = f"|slope| > {bound}" if rule == "flat" else f"slope > {bound}"
-                out.append(f"depth {depth}: {name} slope vs width {value:+.3f}, {limit}")
-    return out
-
-
-def check_axes(depths: list[int], widths: list[int] | None) -> str | None:
+def check_axes(depths: list[int], widths: list[int] | None, steps: int = 1) -> str | None:
     """Why the shapes give no slope to check (None when they give one)."""
     for flag, values in (("--depths", depths), ("--widths", widths or [])):
         if any(v <= 0 for v in values):
             return f"{flag}: every value must be a positive integer, got {values}"
         if len(set(values)) != len(values):
             return f"{flag}: {values} repeats a value"
+    if steps < 1:
+        return f"--steps: {steps}; the change after K steps needs K >= 1"
     if len(depths) < 2 and len(widths or []) < 2:
         return (
             f"--depths {depths} --widths {widths or '(the config width)'}: a slope needs two points; "
@@ -279,18 +286,22 @@ def check_axes(depths: list[int], widths: list[int] | None) -> str | None:
     return None
 
 
-def prepare(cfg: RunConfig, depths: list[int], widths: list[int] | None) -> RunConfig:
+def prepare(cfg: RunConfig, depths: list[int], widths: list[int] | None, steps: int = 1) -> RunConfig:
     """The config every shape is built from; raises ValueError naming the flag and value when
-    the shapes give no slope or a shape cannot be built (e.g. a width the heads do not divide)."""
+    the shapes give no slope or a shape cannot be built (e.g. a width the heads do not divide).
+    A base width (depth) the config leaves unset is the smallest of two --widths (--depths):
+    unset, every shape would be its own base (m_d = 1, m_L = 1), where every preset is SP."""
     from runconfig.schema import resolve
 
-    why = check_axes(depths, widths)
+    why = check_axes(depths, widths, steps)
     if why:
         raise ValueError(why)
-    if len(widths or []) >= 2 and cfg.parametrization.base_hidden_size is None:
-        # Unset, every width would be its own base (m_d = 1: muP is SP at each width).
-        par = dataclasses.replace(cfg.parametrization, base_hidden_size=min(widths))
-        cfg = dataclasses.replace(cfg, parametrization=par)
+    par = cfg.parametrization
+    if len(widths or []) >= 2 and par.base_hidden_size is None:
+        par = dataclasses.replace(par, base_hidden_size=min(widths or []))
+    if len(depths) >= 2 and par.base_num_layers is None:
+        par = dataclasses.replace(par, base_num_layers=min(depths))
+    cfg = dataclasses.replace(cfg, parametrization=par)
     for width in widths or [None]:
         for depth in depths:
             try:
@@ -301,21 +312,52 @@ def prepare(cfg: RunConfig, depths: list[int], widths: list[int] | None) -> RunC
     return cfg
 
 
+def expected_for(cfg: RunConfig, expect: str | None = None) -> dict[str, dict[str, Any]]:
+    """The table columns ``cfg`` is judged against (:func:`eval.coord_check_rules.expectations`):
+    its own parametrization's, or preset ``expect``'s."""
+    from patches.names import OPTIMIZER_FAMILIES
+    from patches.presets import PRESETS, canonical_preset
+
+    par = cfg.parametrization
+    if expect is None:
+        alpha, gamma, width, name = par.resolved_alpha, par.resolved_gamma, par.resolved_width, par.preset
+    else:
+        try:
+            preset = PRESETS[canonical_preset(expect)]
+        except ValueError as exc:  # its message names the config key; here the flag gave the name
+            raise ValueError(f"--expect: {str(exc).split(': ', 1)[1]}") from None
+        if preset.alpha is None or preset.gamma is None:
+            raise ValueError(f"--expect: {expect!r} has no alpha and gamma of its own; name a preset that has")
+        alpha, gamma, width, name = preset.alpha, preset.gamma, preset.width, preset.name
+    return expectations(alpha, gamma, width, OPTIMIZER_FAMILIES[cfg.optimizer.name], name)
+
+
 def run_check(
-    cfg: RunConfig, depths: list[int], widths: list[int] | None, steps: int, seed: int = 0, progress: bool = True
+    cfg: RunConfig,
+    depths: list[int],
+    widths: list[int] | None,
+    steps: int,
+    seed: int = 0,
+    progress: bool = True,
+    expect: str | None = None,
+    tolerance: float = 0.25,
 ) -> dict[str, Any]:
-    """All shapes in a one-process group; returns records, slopes against depth per width
-    (``slopes``, with two depths or more) and against width per depth (``width_slopes``, with
-    two widths or more)."""
+    """All shapes in a one-process group; returns records, slopes of every quantity against
+    depth per width (``slopes``, with two depths or more) and against width per depth
+    (``width_slopes``, with two widths or more), the columns they are judged against
+    (``expected``) and the quantities that break them (``violations``)."""
     from tqdm import tqdm
 
     from training.distributed import single_process
 
-    cfg = prepare(cfg, depths, widths)
+    cfg = prepare(cfg, depths, widths, steps)
     shapes = [(d, w) for w in (widths or [None]) for d in depths]
     results: dict[str, Any] = {
         "depths": depths, "widths": widths, "steps": steps, "shapes": [], "slopes": {}, "width_slopes": {},
+        "preset": cfg.parametrization.preset, "optimizer": cfg.optimizer.name, "lr": cfg.optimizer.lr,
         "base_hidden_size": cfg.parametrization.base_hidden_size,
+        "base_num_layers": cfg.parametrization.base_num_layers,
+        "expected": expected_for(cfg, expect), "max_slope": tolerance,
     }  # fmt: skip
     with single_process():
         for depth, width in tqdm(shapes, desc="coord-check", disable=not progress):
@@ -329,134 +371,58 @@ def run_check(
             )
     hidden_sizes = sorted({s["hidden_size"] for s in results["shapes"]})
     if len(depths) >= 2:
-        results["slopes"] = {str(n): depth_slopes(results["shapes"], n) for n in hidden_sizes}
+        results["slopes"] = {str(n): slopes(results["shapes"], "num_layers", "hidden_size", n) for n in hidden_sizes}
     if len(hidden_sizes) >= 2:
-        results["width_slopes"] = {str(d): width_slopes(results["shapes"], d) for d in depths}
+        results["width_slopes"] = {str(d): slopes(results["shapes"], "hidden_size", "num_layers", d) for d in depths}
+    results["violations"] = violations(results, tolerance)
     return results
 
 
-def _log_span(ax, values: list[float], min_ratio: float = 16.0) -> None:
-    """Give a log axis at least ``min_ratio`` of range so flat data looks flat."""
-    lo, hi = min(values), max(values)
-    mid = (lo * hi) ** 0.5
-    half = max((hi / lo) ** 0.5, min_ratio**0.5) * 1.15
-    ax.set_ylim(mid / half, mid * half)
+def table_lines(results: dict[str, Any]) -> list[str]:
+    """The printed table: per fixed width (depth axis) and fixed depth (width axis), each
+    quantity's measured slope, its expected slope and whether it breaks it."""
+    lines = []
+    tolerance = results["max_slope"]
+    for axis, key, fixed_name, points in (
+        ("depth", "slopes", "width", results["depths"]),
+        ("width", "width_slopes", "depth", results["widths"]),
+    ):
+        expected = results["expected"][axis]
+        cells = expected["cells"] or {}
+        for fixed, measured in results[key].items():
+            lines.append(
+                f"slopes of log2 RMS vs log2 {axis} ({axis}s {' '.join(map(str, points))}) at {fixed_name} {fixed}, "
+                f"after {results['steps']} steps; expected: {expected['rule']}"
+                + (f" - not judged: {expected['why']}" if expected["cells"] is None else f", tolerance {tolerance}")
+            )
+            lines.append(f"  {'quantity':<20}{'slope':>7}  {'expected':<14}{'':<8}meaning")
+            for name, s in measured.items():
+                cell = cells.get(name)
+                verdict = "BREAKS" if breaks(s, cell, tolerance) else ("ok" if cell is not None else "")
+                shown = describe(cell) if expected["cells"] is not None else "-"
+                lines.append(f"  {name:<20}{s:+7.2f}  {shown:<14}{verdict:<8}{QUANTITIES[name].meaning}")
+    return lines
 
 
-def _log_rms_axis(ax: Any, ylabel: str) -> None:
-    """Log y axis for RMS values, grid, label, and at least 16x of range (flat data looks flat)."""
-    from matplotlib.ticker import LogFormatterSciNotation
-
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(LogFormatterSciNotation())
-    ax.grid(alpha=0.3, which="both")
-    ax.set_ylabel(ylabel)
-    vals = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
-    if vals:
-        _log_span(ax, vals)
-
-
-def plot(results: dict[str, Any], path: Path, title: str) -> None:
-    """Per width: stream RMS vs depth (a line per step), change vs depth, per-layer profile."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    widths = list(results["slopes"])
-    steps = results["steps"]
-    fig, axes = plt.subplots(len(widths), 3, figsize=(14, 4.2 * len(widths)), squeeze=False)
-    step_colors = plt.cm.viridis([i / max(steps, 1) for i in range(steps + 1)])
-    for row, width_key in zip(axes, widths):
-        shapes = [s for s in results["shapes"] if str(s["hidden_size"]) == width_key]
-        depths = [s["num_layers"] for s in shapes]
-        slopes = results["slopes"][width_key]
-        depth_colors = plt.cm.plasma([i / max(len(shapes) - 1, 1) * 0.85 for i in range(len(shapes))])
-        for t in range(steps + 1):
-            panels = ((row[0], "layer_rms"), (row[1], "layer_delta_rms")) if t else ((row[0], "layer_rms"),)
-            for ax, metric in panels:
-                ys = [s["records"][t][metric][-1] for s in shapes]
-                ax.plot(depths, ys, marker="o", ms=3, color=step_colors[t], label=f"step {t}")
-        for shape, color in zip(shapes, depth_colors):
-            deltas = shape["records"][-1]["layer_delta_rms"]
-            rel = [(i + 1) / len(deltas) for i in range(len(deltas))]
-            row[2].plot(rel, deltas, color=color, label=f"L={shape['num_layers']}")
-        row[0].set_title(
-            f"last residual stream RMS (slope {slopes['init_rms']:+.2f} at init, "
-            f"{slopes['final_rms']:+.2f} at step {steps})",
-            fontsize=9,
+def shape_value(text: str) -> int:
+    """A --depths / --widths value; a ``key=value`` override there (the list took it in) is
+    refused saying where overrides go."""
+    if "=" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a key=value override, read here as one more value of the list: give the overrides "
+            "right after --config FILE, or at the end after an option that takes one value (--steps K)"
         )
-        row[1].set_title(f"RMS of change from init (slope {slopes['delta_rms']:+.2f} at step {steps})", fontsize=9)
-        row[2].set_title(f"change from init per layer at step {steps}", fontsize=9)
-        for ax in row[:2]:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(depths, [str(d) for d in depths])
-            ax.set_xlabel("depth L (layers)")
-        row[2].set_xlabel("layer index / L")
-        for ax in row:
-            _log_rms_axis(ax, f"RMS (width {width_key})")
-        row[0].legend(fontsize=7, ncol=2)
-        row[2].legend(fontsize=7, ncol=2)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-
-
-_WIDTH_PANELS = (
-    ("layer_rms", "last residual stream", "init_rms", "final_rms"),
-    ("layer_delta_rms", "change of the last residual stream from init", None, "delta_rms"),
-    ("logits_delta_rms", "change of the output logits from init", "logits_init_rms", "logits_delta_rms"),
-    ("attn_logits_rms", "attention logits scale*q.k (last layer)", None, "attn_logits_rms"),
-)
-
-
-def plot_width(results: dict[str, Any], path: Path, title: str) -> None:
-    """Per depth, microsoft/mup's coord-check picture: each quantity's RMS against width, a
-    line per step (flat lines: width-stable coordinates; rising lines: a blow-up)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    depths = list(results["width_slopes"])
-    steps = results["steps"]
-    fig, axes = plt.subplots(len(depths), len(_WIDTH_PANELS), figsize=(18, 4.2 * len(depths)), squeeze=False)
-    step_colors = plt.cm.viridis([i / max(steps, 1) for i in range(steps + 1)])
-    for row, depth_key in zip(axes, depths):
-        shapes = sorted(
-            (s for s in results["shapes"] if str(s["num_layers"]) == depth_key), key=lambda s: s["hidden_size"]
-        )
-        widths = [s["hidden_size"] for s in shapes]
-        slopes = results["width_slopes"][depth_key]
-        for ax, (field, label, init_key, final_key) in zip(row, _WIDTH_PANELS):
-            for t in range(0 if field in ("layer_rms", "attn_logits_rms") else 1, steps + 1):
-                ys = [_value(s["records"][t], field) for s in shapes]
-                if all(y is not None and y > 0 for y in ys):
-                    ax.plot(widths, ys, marker="o", ms=3, color=step_colors[t], label=f"step {t}")
-            if field == "logits_delta_rms":  # the logits themselves at init, for reference
-                ys = [s["records"][0]["logits_rms"] for s in shapes]
-                ax.plot(widths, ys, ls="--", color="grey", label="logits at init")
-            parts = [f"{k.replace('_rms', '')} slope {slopes[k]:+.2f}" for k in (init_key, final_key) if k in slopes]
-            ax.set_title(f"{label}\n" + ", ".join(parts), fontsize=9)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(widths, [str(w) for w in widths])
-            ax.set_xlabel("width n (hidden size)")
-            _log_rms_axis(ax, f"RMS (depth {depth_key})")
-            ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="run config YAML (model, parametrization, optimizer)")
-    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
+    parser.add_argument("--depths", type=shape_value, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument(
-        "--widths", type=int, nargs="*", default=None,
+        "--widths", type=shape_value, nargs="*", default=None,
         help="hidden sizes (default: the config's); two or more add the width check (slopes vs width per depth)",
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps K")
@@ -466,13 +432,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory for coord_check.json, coord_check.png (depth axis) and coord_check_width.png (width axis)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-slope",
-        type=float,
-        default=0.25,
-        help="fail (exit 1) when |slope of log2 RMS vs log2 depth| exceeds this for any metric, or a slope vs "
-        "log2 width does: |slope| for the residual stream and its change, slope (growth) for the logits' change "
-        "and the attention logits",
-    )
+        "--max-slope", type=float, default=0.25, metavar="TOL",
+        help="tolerance: fail (exit 1) when a quantity's slope of log2 RMS vs log2 depth (or width) is further "
+        "than this from the slope its parametrization predicts (docs/eval.md, 'What each row predicts')",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expect", default=None, metavar="PRESET",
+        help="judge against this preset's expected slopes instead of the config's own (e.g. --expect depth_mup on "
+        "an sp config: is plain Megatron depth-stable?)",
+    )  # fmt: skip
     parser.add_argument(
         "--yaida-s", type=float, nargs="+", default=None, metavar="S",
         help="check Yaida's family instead (eval/coord_check_yaida.py): feature change vs --widths at the "
@@ -483,51 +451,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the run config")
 
 
+# --yaida-s sets these keys for every run it makes (eval/coord_check_yaida.yaida_config): the
+# config is loaded without them, so that a value it or an override holds (width=yaida with no s
+# yet) is neither refused nor blamed on the file.
+YAIDA_OWNED = ("parametrization.width=null", "parametrization.yaida_s=null")
+
+
 def run(args: argparse.Namespace) -> ExitCode:
+    overrides = [*args.overrides, *(YAIDA_OWNED if args.yaida_s is not None else ())]
     try:
-        cfg = load_config(RunConfig, args.config, args.overrides)
+        cfg = load_config(RunConfig, args.config, overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     if args.yaida_s is not None:
         return _run_yaida(cfg, args)
     try:
-        prepare(cfg, args.depths, args.widths)
+        prepare(cfg, args.depths, args.widths, args.steps)
+        expected_for(cfg, args.expect)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    results = run_check(cfg, args.depths, args.widths, args.steps, args.seed)
-    results["max_slope"] = args.max_slope
-    for width, s in results["slopes"].items():
-        print(
-            f"width {width}: slope vs depth  init {s['init_rms']:+.3f}  after {args.steps} steps "
-            f"{s['final_rms']:+.3f}  change {s['delta_rms']:+.3f}"
-        )
-    for depth, s in results["width_slopes"].items():
-        attn = f"  attention logits {s['attn_logits_rms']:+.3f}" if "attn_logits_rms" in s else ""
-        print(
-            f"depth {depth}: slope vs width  stream init {s['init_rms']:+.3f}  after {args.steps} steps "
-            f"{s['final_rms']:+.3f}  change {s['delta_rms']:+.3f} | logits change {s['logits_delta_rms']:+.3f} "
-            f"(logits at init {s['logits_init_rms']:+.3f}, not judged){attn}"
-        )
-    failures = violations(results, args.max_slope)
-    results["violations"] = failures
+    results = run_check(cfg, args.depths, args.widths, args.steps, args.seed, expect=args.expect,
+                        tolerance=args.max_slope)  # fmt: skip
+    print("\n".join(table_lines(results)))
+    failures = results["violations"]
     for line in failures:
         print(f"  {line}")
-    title = f"coordinate check: {cfg.parametrization.preset}"
+    title = f"coordinate check: {cfg.parametrization.preset}" + (f", judged as {args.expect}" if args.expect else "")
 
     def draw(out_dir: Path) -> list[Path]:
         written = []
-        if results["slopes"]:
-            plot(results, out_dir / "coord_check.png", title)
-            written.append(out_dir / "coord_check.png")
-        if results["width_slopes"]:
-            plot_width(results, out_dir / "coord_check_width.png", title)
-            written.append(out_dir / "coord_check_width.png")
+        for axis, key, name in (
+            ("depth", "slopes", "coord_check.png"),
+            ("width", "width_slopes", "coord_check_width.png"),
+        ):
+            if results[key]:
+                plot(results, axis, out_dir / name, title)
+                written.append(out_dir / name)
         return written
 
-    rules = f"threshold {args.max_slope}: |slope| vs depth; vs width |slope| for the stream, slope for the logits"
-    return _verdict(results, args.out, draw, not failures, f"{len(failures)} slope(s) out of bounds ({rules})")
+    judged = [results["expected"][a]["rule"] for a, k in (("depth", "slopes"), ("width", "width_slopes"))
+              if results[k] and results["expected"][a]["cells"] is not None]  # fmt: skip
+    if not judged:
+        summary = "nothing judged (no expected slopes for this parametrization: see the table's header)"
+    elif failures:
+        summary = f"{len(failures)} slope(s) break what {' and '.join(judged)} predicts (tolerance {args.max_slope})"
+    else:
+        summary = f"every slope is what {' and '.join(judged)} predicts (tolerance {args.max_slope})"
+    return _verdict(results, args.out, draw, not failures, summary + _stability(results))
+
+
+STABLE = {"depth": "depth_mup", "width": "mup"}  # the preset --expect names to ask "is it stable?"
+
+
+def _stability(results: dict[str, Any]) -> str:
+    """A reminder when the judged parametrization is not stable by design (its stream change
+    grows with depth or width: SP): a PASS then says it grows as predicted, not that it is stable."""
+    notes = [
+        f"the stream change grows with {axis} ({describe(cell)}) by design; --expect {STABLE[axis]} judges it as "
+        f"a {axis}-stable model"
+        for axis, key in (("depth", "slopes"), ("width", "width_slopes"))
+        if results[key] and (cell := (results["expected"][axis]["cells"] or {}).get("stream_change")) not in (None, 0.0)
+    ]
+    return f"; not stable: {', and '.join(notes)}" if notes else ""
 
 
 def _verdict(results: dict[str, Any], out: str | None, draw: Any, passed: bool, summary: str) -> ExitCode:
@@ -543,19 +530,30 @@ def _verdict(results: dict[str, Any], out: str | None, draw: Any, passed: bool, 
     return ExitCode.OK if results["passed"] else ExitCode.FAILED
 
 
-def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:
-    from eval.coord_check_yaida import plot_yaida, run_yaida_check
-
+def yaida_flags(args: argparse.Namespace) -> str | None:
+    """Why the --yaida-s flags give no check, naming the flag at fault (None when they give one)."""
     bad = [s for s in args.yaida_s if not 0.0 <= s <= 1.0]
-    if bad or not args.widths or len(args.widths) < 2 or args.seeds < 1:
-        why = f"--yaida-s: {bad} outside [0, 1]" if bad else "--widths: give at least two widths (--seeds >= 1)"
-        print(f"error: {why}", file=sys.stderr)
-        return ExitCode.USAGE
+    if bad:
+        return f"--yaida-s: {bad} outside [0, 1]"
+    if len(args.widths or []) < 2:
+        return f"--widths {args.widths or '(none)'}: the s axis needs at least two widths"
+    if args.seeds < 1:
+        return f"--seeds: {args.seeds}; give at least 1"
+    return check_axes(args.depths[:1], args.widths, args.steps)
+
+
+def _run_yaida(cfg: RunConfig, args: argparse.Namespace) -> ExitCode:
+    from eval.coord_check_yaida import plot_yaida, prepare_yaida, run_yaida_check
+
     try:
-        results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
+        why = yaida_flags(args)
+        if why:
+            raise ValueError(why)
+        prepare_yaida(cfg, args.yaida_s, args.widths, args.depths[0])
     except ValueError as exc:  # e.g. optimizer adamw: the family has no Adam rule
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    results = run_yaida_check(cfg, args.yaida_s, args.widths, args.depths[0], args.steps, args.seeds)
     worst = max(abs(r["slope"] - r["expected_slope"]) for r in results["s_axis"])
     results["max_slope_error"] = args.max_slope_error
     for r in results["s_axis"]:

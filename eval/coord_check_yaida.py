@@ -37,6 +37,21 @@ def yaida_config(cfg: RunConfig, s: float, base_hidden_size: int) -> RunConfig:
     return dataclasses.replace(cfg, parametrization=par, optimizer=optimizer)
 
 
+def prepare_yaida(cfg: RunConfig, s_values: list[float], widths: list[int], num_layers: int) -> None:
+    """Raise ValueError naming the flags of the first (s, width) the check cannot build, with
+    the reason (an Adam optimizer: the family has no Adam rule; a width the heads do not divide)."""
+    from eval.coord_check import _with
+    from runconfig.schema import resolve
+
+    base = cfg.parametrization.base_hidden_size or min(widths)
+    for s in s_values:
+        for width in widths:
+            try:
+                resolve(_with(yaida_config(cfg, s, base), num_layers, width))
+            except ValueError as exc:
+                raise ValueError(f"--yaida-s {s:g} --widths {width} --depths {num_layers}: {exc}") from None
+
+
 def feature_change(cfg: RunConfig, num_layers: int, width: int, steps: int, seed: int) -> float:
     """Squared relative change of the last layer's output after ``steps`` full-batch SGD steps."""
     from eval.coord_check import measure
@@ -57,7 +72,7 @@ def run_yaida_check(
     """Per s: the mean feature change at each width over ``seeds`` and its log-log slope."""
     from tqdm import tqdm
 
-    from eval.coord_check import slope
+    from eval.coord_check_rules import slope
     from training.distributed import single_process
 
     if len(widths) < 2:

@@ -24,7 +24,7 @@ from patches.rules import (
     emergent_scale,
     resolve,
 )
-from tests.conftest import tiny_config
+from tests.conftest import TINY, tiny_config
 
 SIGMA = 0.02
 N0, L0, D0, HEADS = 64, 2, 16, 4
@@ -206,3 +206,37 @@ def test_feature_change_scales_like_the_emergent_scale(megatron):
     # the differences between s remove the common finite-width offset: tighter still
     assert slopes[0.0] - slopes[1.0] == pytest.approx(-1.0, abs=0.1)
     assert slopes[0.5] - slopes[1.0] == pytest.approx(-0.5, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # The flag sets width=yaida and s for every run: the Adam refusal names the flag and the
+        # shape, not the config file (was: 'configs/tiny_cpu.yaml: parametrization.yaida_s: width
+        # 'yaida' needs s in [0, 1], got None', blaming the file for an override it never held).
+        (["parametrization.width=yaida", "--widths", "32", "64"],
+         "error: --yaida-s 0 --widths 32 --depths 2: parametrization.width=yaida: Yaida's family"),
+        (["optimizer.name=sgd", "--widths", "32", "64", "--seeds", "0"], "error: --seeds: 0; give at least 1"),  # was --widths
+        (["optimizer.name=sgd", "--widths", "32", "64", "--depths", "0"], "error: --depths: every value must be"),
+        (["optimizer.name=sgd", "--widths", "32", "64", "--steps", "0"], "error: --steps: 0; the change after K"),
+        (["optimizer.name=sgd", "--widths", "32", "66"], "error: --yaida-s 0 --widths 66 --depths 2: model.hidden_size"),
+    ],
+)  # fmt: skip
+def test_yaida_cli_errors_name_the_flag_at_fault(capsys, extra, message):
+    from eval.__main__ import main
+
+    assert main(["coord-check", "--config", str(TINY), *extra, "--yaida-s", "0", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message), err
+    assert "tiny_cpu.yaml" not in err
+
+
+def test_yaida_check_takes_width_yaida_from_the_flag(megatron, capsys):
+    """A config (or override) with width=yaida and no s yet runs: --yaida-s gives s (was exit 2)."""
+    from eval.__main__ import main
+
+    args = ["coord-check", "--config", str(TINY), "parametrization.width=yaida", "optimizer.name=sgd",
+            "optimizer.lr=0.005", "model.seq_length=16", "--yaida-s", "1", "--widths", "32", "64", "--depths", "1",
+            "--steps", "1", "--seeds", "1"]  # fmt: skip
+    assert main(args) in (0, 1)
+    assert "s=1: slope of feature change vs width" in capsys.readouterr().out
