@@ -56,7 +56,7 @@ class Parametrization:
         if self.resolved_width == "yaida":
             s = self.yaida_s
             if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and 0.0 <= s <= 1.0):
-                raise ValueError(f"parametrization.yaida_s: width 'yaida' needs s in [0, 1], got {s!r}")
+                raise ValueError(f"parametrization.yaida_s: parametrization.width=yaida needs s in [0, 1], got {s!r}")
             object.__setattr__(self, "yaida_s", float(s))
         elif self.yaida_s is not None:
             raise ValueError(

@@ -144,12 +144,21 @@ def test_base_shape_equals_unpatched_megatron(megatron, s):
 def test_refusals_name_the_key():
     with pytest.raises(ValueError, match="parametrization.width=yaida: .*Adam"):
         tiny_config("parametrization.width=yaida", "parametrization.yaida_s=0.5")  # tiny_cpu uses adamw
-    with pytest.raises(ValueError, match=r"parametrization.yaida_s: width 'yaida' needs s in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"parametrization.yaida_s: parametrization.width=yaida needs s in \[0, 1\]"):
         Parametrization(width="yaida", yaida_s=1.5)
-    with pytest.raises(ValueError, match=r"parametrization.yaida_s: width 'yaida' needs s in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"parametrization.yaida_s: parametrization.width=yaida needs s in \[0, 1\]"):
         Parametrization(width="yaida")
     with pytest.raises(ValueError, match="parametrization.yaida_s: applies to width 'yaida' only"):
         Parametrization(width="mup", yaida_s=0.5)
+
+
+def test_a_missing_s_is_blamed_on_the_override_that_set_width_yaida():
+    """The file sets no width: the override that set width=yaida without s is at fault (was: the
+    message named only parametrization.yaida_s, so the loader blamed the file for it)."""
+    with pytest.raises(ValueError) as refused:
+        tiny_config("parametrization.width=yaida", "optimizer.name=sgd")
+    assert str(refused.value).startswith("command-line overrides: parametrization.yaida_s: parametrization.width=yaida")
+    assert "tiny_cpu.yaml" not in str(refused.value)
     assert set(WIDTH_RULES) == set(WIDTH_RULE_NAMES)
 
 
