@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -238,10 +239,17 @@ def test_sweep_task_log_holds_the_trainer_output(tmp_path, capfd):
 
 
 def _requeue(
-    tmp_path: Path, code: int, restarts: int, state: str, writes: str = "", exit_file: Path | None = None
+    tmp_path: Path,
+    code: int,
+    restarts: int,
+    state: str,
+    writes: str = "",
+    exit_file: Path | None = None,
+    exit_files: Sequence[Path] = (),
 ) -> subprocess.CompletedProcess:
     """A command exiting ``code`` (after writing ``writes`` to ``exit_file``) under
-    jobscripts.requeue, in SLURM job 31 that squeue shows as ``state``."""
+    jobscripts.requeue with ``--exit-file`` ``exit_files`` (default: ``exit_file``), in SLURM
+    job 31 that squeue shows as ``state``."""
     from jobscripts.requeue import requeue_command
 
     stubs = {"scontrol": f'echo "$@" >> "{tmp_path}/scontrol.calls"', "squeue": f"echo {state}"}
@@ -249,7 +257,8 @@ def _requeue(
         PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31", SLURM_RESTART_COUNT=str(restarts)
     )
     write = f"printf %s '{writes}' > '{exit_file}'; " if writes else ""
-    argv = requeue_command(["bash", "-c", f"{write}exit {code}"], max_requeues=2, on_exit=75, exit_file=exit_file)
+    files = list(exit_files) or ([exit_file] if exit_file is not None else [])
+    argv = requeue_command(["bash", "-c", f"{write}exit {code}"], max_requeues=2, on_exit=75, exit_files=files)
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
