@@ -151,10 +151,12 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         else:
             prelude += ['export MASTER_ADDR="$head_node"', f"export MASTER_PORT={req.master_port}"]
             command = launchers.srun_per_gpu_command(topo, train.argv())
-        if req.slurm.max_requeues:  # srun exits 75 when the trainers do: the job requeues itself
-            # torchrun exits 1 whatever its ranks exit with: the trainer's code is the one it wrote
-            exit_files = [str(run_dir / name) for name in EXIT_FILES] if torchrun else []
-            command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_files)
+        # srun exits 75 when the trainers do: the job requeues itself (max_requeues 0: never). The
+        # job's code is the trainer's own, the one it wrote during the job: torchrun's is 1
+        # whatever its ranks exit with, srun's the highest of its tasks' (a rank's 2 reads as 75
+        # when --kill-on-bad-exit made the others save and exit 75, or 137 when it killed them)
+        exit_files = [str(run_dir / name) for name in EXIT_FILES]
+        command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_files)
     script = render_script(
         title=f"run dir: {run_dir}",
         notes=notes,

@@ -290,6 +290,30 @@ def test_a_torchrun_job_is_requeued_on_the_code_its_trainer_wrote(tmp_path):
     assert _requeue(tmp_path, 1, 0, "RUNNING", exit_file=summary).returncode == 1
 
 
+def test_an_srun_job_whose_rank_refused_exits_2_and_is_not_requeued(tmp_path):
+    """srun exits with its tasks' highest code: rank 0 refuses its resume (exit 2, exit.json),
+    --kill-on-bad-exit sends the other ranks SIGTERM and they exit 75, so srun exits 75 (or 137
+    where they were killed: measured on the test cluster). Before, the job wrapper passed no exit
+    file in srun mode and took the 75 as a preemption: requeued, refused again, up to
+    max_requeues times. The job's exit files (exit.json, then summary.json) give the 2."""
+    from rundir.contract import EXIT_FILES
+
+    exit_json, summary = (tmp_path / name for name in EXIT_FILES)
+    summary.write_text('{"status": "preempted", "exit_code": 75}')
+    old = time.time() - 60
+    os.utime(summary, (old, old))  # an earlier run of the job's
+    refused = '{"exit_code": 2, "status": "invalid", "reason": "the config differs from the checkpoint"}'
+    for srun_code in (75, 137):
+        done = _requeue(tmp_path, srun_code, 0, "RUNNING", refused, exit_json, [exit_json, summary])
+        assert done.returncode == 2, done.stderr
+        assert f"exited {srun_code}; {exit_json} says 2: exiting 2" in done.stderr
+    assert not (tmp_path / "scontrol.calls").exists()
+    # rank 0 wrote this attempt's summary (a crash when its peer left): 1, not srun's 75
+    os.utime(exit_json, (old, old))
+    done = _requeue(tmp_path, 75, 0, "RUNNING", '{"status": "failed", "exit_code": 1}', summary, [exit_json, summary])
+    assert done.returncode == 1 and not (tmp_path / "scontrol.calls").exists()
+
+
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):
     from data_prep.api import load_data_prep_config
     from data_prep.slurm import plan_submission, stage_script
