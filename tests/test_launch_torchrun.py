@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -212,3 +213,43 @@ def test_a_torchrun_job_refused_for_a_changed_key_exits_2(tmp_path, monkeypatch,
     assert (record["exit_code"], record["status"]) == (2, "invalid")
     assert "optimizer.weight_decay: 0.0 -> 0.1" in record["reason"]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"  # the run's record, kept
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan waits for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ranks_of_a_sigkilled_torchrun_checkpoint_and_exit_75(tmp_path):
+    """torchrun sets no parent-death signal: SIGKILLed (the OOM killer, a job step torn down),
+    it left both ranks training on, orphaned, holding the run lock (before: still training
+    when this test gives up). train_gpt.py asks for SIGTERM when its parent dies, so both
+    ranks save and exit 75: a preempted summary at the checkpoint's step, the lock released."""
+    from rundir.lock import run_locked
+    from tests.conftest import REPO, env, free_port
+
+    run_dir = tmp_path / "run"
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "train_gpt.py", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=100000", *small,
+           "logging.progress_bar=false"]  # fmt: skip
+    agent = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = run_dir / "metrics.jsonl"
+    _wait_for(lambda: metrics.is_file() and metrics.stat().st_size, 300, "a step")
+    ranks = [int(p) for p in (Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split())]
+    assert len(ranks) == 2
+    agent.kill()
+    agent.wait()
+    _wait_for(lambda: not any(map(_running, ranks)), 120, "the orphaned ranks to exit")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["exit_code"]) == ("preempted", 75)
+    assert (
+        json.loads((run_dir / "checkpoints" / "step_{:08d}".format(summary["steps"]) / "common.json").read_text())[
+            "step"
+        ]
+        == summary["steps"]
+    )
+    assert summary["steps"] >= 1 and not run_locked(run_dir)
