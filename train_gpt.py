@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 # Standard library only above: a signal during the imports below (several seconds: torch,
 # megatron) must reach main's handler, never Python's default (a traceback, or death by signal).
 STARTUP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+TORCHRUN_WORKER_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun's agent in each rank's environment
 
 
 class StartupInterrupted(BaseException):
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> ExitCode:
     # before the flag exists is handed to the flag (``received``).
     received = StartupSignals()
     previous = {sig: signal.signal(sig, received) for sig in STARTUP_SIGNALS}
+    if TORCHRUN_WORKER_ENV in os.environ:  # torchrun sets no parent-death signal: a SIGKILLed
+        from jobscripts.parent_death import die_with_parent  # agent left its ranks training on
+
+        die_with_parent(os.getppid())  # now they get SIGTERM: checkpoint and exit 75
     try:
         from jobscripts.quiet import quiet_libraries
         from rundir.contract import ExitCode

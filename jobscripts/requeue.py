@@ -12,9 +12,12 @@ as REQUEUED rather than FAILED, and the job (same id, same array index, so later
 BeginTime, about two minutes) and resumes. SLURM has no per-job "requeue on exit code"
 (``RequeueExit`` in slurm.conf is cluster-wide, for admins), hence this.
 
-``--exit-file PATH``: COMMAND is a launcher that reports any failure of its workers as 1
-(torchrun); when it exits non-zero and PATH was written after it started with a JSON object
-whose ``exit_code`` is an integer (the trainer's ``summary.json``), that is the exit code.
+``--exit-file PATH`` (repeatable): COMMAND is a launcher whose exit code is not its workers'
+(torchrun exits 1 whatever they exit with; srun with the highest code of its tasks, so a rank
+that exits 2 reads as 75 or 137 when ``--kill-on-bad-exit`` stopped the others); when it exits
+non-zero, the first PATH, in the order given, that was written after it started with a JSON
+object whose ``exit_code`` is an integer (the trainer's ``exit.json``, then its
+``summary.json``: the run contract's ``EXIT_FILES``) gives the exit code.
 
 No requeue, and the exit code kept, when the job is being cancelled (``scancel``: ``squeue``
 no longer shows it RUNNING), after ``N`` requeues (``SLURM_RESTART_COUNT``), outside SLURM,
@@ -39,12 +42,12 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 
 
 def requeue_command(
-    command: Sequence[Any], max_requeues: int, on_exit: int, exit_file: Optional[Any] = None
+    command: Sequence[Any], max_requeues: int, on_exit: int, exit_files: Sequence[Any] = ()
 ) -> list[Any]:
     """``command`` run under this module (tokens are kept as given: the caller quotes them)."""
     options: list[Any] = [f"--max-requeues={max_requeues}", f"--on-exit={int(on_exit)}"]
-    if exit_file is not None:
-        options += ["--exit-file", exit_file]
+    for path in exit_files:
+        options += ["--exit-file", path]
     return [sys.executable, "-m", "jobscripts.requeue", *options, "--", *command]
 
 
@@ -58,6 +61,15 @@ def written_exit_code(path: str, since: float) -> Optional[int]:
     except (OSError, ValueError, AttributeError):
         return None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def first_written_exit_code(paths: Sequence[str], since: float) -> Optional[tuple[int, str]]:
+    """The first of ``paths`` with an ``exit_code`` written at or after ``since``, and that code."""
+    for path in paths:
+        code = written_exit_code(path, since)
+        if code is not None:
+            return code, path
+    return None
 
 
 def _log(message: str) -> None:
@@ -91,7 +103,7 @@ def _requeue(max_requeues: int, code: int) -> bool:
     return True
 
 
-def run(command: Sequence[str], max_requeues: int, on_exit: int, exit_file: Optional[str] = None) -> int:
+def run(command: Sequence[str], max_requeues: int, on_exit: int, exit_files: Sequence[str] = ()) -> int:
     started = time.time()
     child = subprocess.Popen(list(command))
 
@@ -106,11 +118,10 @@ def run(command: Sequence[str], max_requeues: int, on_exit: int, exit_file: Opti
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     code = 128 - code if code < 0 else code
-    if code and exit_file is not None:
-        written = written_exit_code(exit_file, started)
-        if written is not None and written != code:
-            _log(f"{command[0]} exited {code}; {exit_file} says {written}: exiting {written}")
-            code = written
+    written = first_written_exit_code(exit_files, started) if code else None
+    if written is not None and written[0] != code:
+        _log(f"{command[0]} exited {code}; {written[1]} says {written[0]}: exiting {written[0]}")
+        code = written[0]
     if code == on_exit and max_requeues > 0 and _requeue(max_requeues, code):
         return os.EX_OK  # requeued: the job runs again; this run of it did not fail
     return code
@@ -120,13 +131,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobscripts.requeue", description=__doc__.splitlines()[0])
     parser.add_argument("--max-requeues", type=int, required=True, help="requeue at most this often (0: never)")
     parser.add_argument("--on-exit", type=int, required=True, help="the command's exit code that means 'preempted'")
-    parser.add_argument("--exit-file", help="a JSON file whose exit_code, if written after the start, is the code")
+    parser.add_argument(
+        "--exit-file",
+        dest="exit_files",
+        action="append",
+        default=[],
+        help="a JSON file whose exit_code, if written after the start, is the code (repeatable: the first written wins)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
-    return run(command, args.max_requeues, args.on_exit, args.exit_file)
+    return run(command, args.max_requeues, args.on_exit, args.exit_files)
 
 
 if __name__ == "__main__":

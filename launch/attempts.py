@@ -9,6 +9,7 @@ starting trainer exit 4.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from launch.outcomes import counts_as_failure
 from rundir import attempts as attempt_log
@@ -31,8 +32,12 @@ def begin(run_dir: Path, pid: int) -> str:
     return attempt_log.begin(run_dir / ATTEMPTS_FILE, pid)
 
 
-def finish(run_dir: Path, attempt_id: str, exit_code: int, outcome: str, *, held_lock: bool) -> AttemptLog:
+def finish(
+    run_dir: Path, attempt_id: str, exit_code: int, outcome: str, *, held_lock: bool, reason: Optional[str] = None
+) -> AttemptLog:
     """Complete attempt ``attempt_id``. ``held_lock``: the trainer got the run lock, so attempts
-    begun earlier that are still open are stale (their launcher died) and get closed."""
-    log = attempt_log.finish(run_dir / ATTEMPTS_FILE, attempt_id, exit_code, outcome, close_earlier=held_lock)
+    begun earlier that are still open are stale (their launcher died) and get closed.
+    ``reason``: why it ended, as the trainer wrote it (``launch status`` shows it)."""
+    path = run_dir / ATTEMPTS_FILE
+    log = attempt_log.finish(path, attempt_id, exit_code, outcome, close_earlier=held_lock, reason=reason)
     return AttemptLog(log.attempts)

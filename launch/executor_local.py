@@ -61,7 +61,7 @@ from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from launch.warm_start import ForkedTrainer, ForkRefused, fork_trainer, forkable
 from rundir.contract import METRICS_FILE, SUMMARY_FILE, ExitCode, Status
-from rundir.files import RunSummary, read_summary
+from rundir.files import ExitRecord, RunSummary, attempt_exit, read_summary
 from rundir.lock import run_locked
 
 POLL_SECONDS = 0.1
@@ -431,19 +431,19 @@ class LocalExecutor:
             fresh = False
         return read_summary(rd) if fresh else None
 
-    def _exit_code(self, item: _Active) -> int:
-        """The trainer's exit code. torchrun (a run on several GPUs) exits 1 whatever its ranks
-        exited with, so there the code rank 0 wrote in the summary is the trainer's: a
+    def _ending(self, item: _Active) -> ExitRecord:
+        """The trainer's exit code, and the reason it wrote. torchrun (a run on several GPUs)
+        exits 1 whatever its ranks exited with, so there the code the trainer wrote during this
+        attempt is its own (``exit.json`` of a rank that refused, else rank 0's summary): a
         preemption (75) must not count as a failure, nor a bad config (2) be retried. A trainer
         killed by a signal (``-N``) after it wrote this attempt's summary was killed in its
         teardown (interpreter exit takes seconds with torch): the run ended as that summary
         says (docs/contracts.md: summary.json is the run's record), so its code is the one."""
         code = item.proc.returncode
-        if code and (len(item.slot.gpus) > 1 or code < 0):
-            summary = self._fresh_summary(item)
-            if summary is not None and summary.exit_code is not None:
-                return summary.exit_code
-        return code
+        written = attempt_exit(run_dir(self.sweep_dir, item.run.run_id), item.started) if code else None
+        if written is not None and (len(item.slot.gpus) > 1 or code < 0 or written.exit_code == code):
+            return written
+        return ExitRecord(code)
 
     def _outcome(self, item: _Active, code: int, stopping: bool) -> Outcome:
         """What the attempt's exit code says, except that a crash for lack of GPU memory while
@@ -485,9 +485,10 @@ class LocalExecutor:
     def _finish(self, item: _Active, stopping: bool) -> None:
         self._copy_output(item)
         rd = run_dir(self.sweep_dir, item.run.run_id)
-        code = self._exit_code(item)
+        ending = self._ending(item)
+        code = ending.exit_code
         outcome = self._outcome(item, code, stopping)
-        log = attempts.finish(rd, item.attempt_id, code, outcome.name, held_lock=outcome.had_lock)
+        log = attempts.finish(rd, item.attempt_id, code, outcome.name, held_lock=outcome.had_lock, reason=ending.reason)
         item.log.close()
         rid = item.run.run_id
         note = ""

@@ -18,7 +18,7 @@ from typing import Optional
 
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
-from jobscripts.requeue import requeue_command, written_exit_code
+from jobscripts.requeue import requeue_command
 from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
 from jobscripts.shell import Raw, Token, Word
 from launch import launchers
@@ -28,7 +28,8 @@ from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
 from runconfig.loader import overridden
 from runconfig.validate import validate_layout
-from rundir.contract import SUMMARY_FILE, ExitCode
+from rundir.contract import EXIT_FILES, ExitCode
+from rundir.files import attempt_exit
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU
@@ -115,7 +116,7 @@ def prepare_job(req: JobRequest) -> PreparedJob:
     warnings = []
     if req.launcher == "slurm" and (note := cpu_request_note(req.slurm, req.gpus_per_node)):
         warnings.append(note)
-    # torchrun exits 1 for any rank's exit (the trainer's code is in its summary) and kills the
+    # torchrun exits 1 for any rank's exit (the trainer's code is in its exit files) and kills the
     # ranks 30 s after a SIGTERM unless told the grace
     torchrun = req.launcher == "torchrun" or (req.launcher == "slurm" and req.slurm_mode == "torchrun")
     if torchrun and req.slurm.signal_grace_s:
@@ -150,9 +151,12 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         else:
             prelude += ['export MASTER_ADDR="$head_node"', f"export MASTER_PORT={req.master_port}"]
             command = launchers.srun_per_gpu_command(topo, train.argv())
-        if req.slurm.max_requeues:  # srun exits 75 when the trainers do: the job requeues itself
-            exit_file = str(run_dir / SUMMARY_FILE) if torchrun else None
-            command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_file)
+        # srun exits 75 when the trainers do: the job requeues itself (max_requeues 0: never). The
+        # job's code is the trainer's own, the one it wrote during the job: torchrun's is 1
+        # whatever its ranks exit with, srun's the highest of its tasks' (a rank's 2 reads as 75
+        # when --kill-on-bad-exit made the others save and exit 75, or 137 when it killed them)
+        exit_files = [str(run_dir / name) for name in EXIT_FILES]
+        command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_files)
     script = render_script(
         title=f"run dir: {run_dir}",
         notes=notes,
@@ -193,9 +197,9 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
     proc = start_child(["bash", str(job.script_path)])
     with forwarding_signals(lambda: [proc]):
         code = proc.wait()
-    if code > 0 and job.launcher == "torchrun":  # torchrun exits 1 whatever its ranks exit with:
-        written = written_exit_code(str(job.run_dir / SUMMARY_FILE), started)  # rank 0's, this attempt's
-        code = code if written is None else written
+    if code != 0:  # torchrun exits 1 whatever its ranks exit with; a trainer killed in its teardown
+        written = attempt_exit(job.run_dir, started)  # wrote its code before: the trainer's, this attempt's
+        code = code if written is None else written.exit_code
     return code if code >= 0 else 128 - code
 
 

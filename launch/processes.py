@@ -8,21 +8,16 @@ children must be started from the main thread (the executors are single-threaded
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, Optional, Union
 
-PR_SET_PDEATHSIG = 1
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+from jobscripts import parent_death
 
-_prctl: Optional[Callable[..., int]] = None
-if sys.platform.startswith("linux"):  # resolved in the parent: no dlopen between fork and exec
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def with_repo_on_path(repo: os.PathLike, environ: Mapping[str, str]) -> dict[str, str]:
@@ -36,10 +31,7 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], 
     """A function for the child, run right after the fork: send it ``sig`` when ``parent_pid`` dies."""
 
     def preexec() -> None:
-        if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-            if os.getppid() != parent_pid:  # the parent died before prctl took effect
-                os.kill(os.getpid(), sig)
+        parent_death.die_with_parent(parent_pid, sig)
 
     return preexec
 

@@ -52,7 +52,9 @@ def run_state(run_dir: Path, max_retries: int, ended_jobs: Collection[str] = ())
     if tried:
         last = tried[-1]
         failed = counts_as_failure(last.outcome or "")
-        detail = f"last attempt: {last.outcome} (exit {last.exit_code})"
+        detail = f"last attempt: {last.outcome} (exit {last.exit_code})" + (
+            f": {_first_line(last.reason)}" if last.reason else ""
+        )
     else:
         failed = summary is not None and summary.status == Status.FAILED
         detail = (summary.reason if summary else None) or ""
@@ -60,3 +62,10 @@ def run_state(run_dir: Path, max_retries: int, ended_jobs: Collection[str] = ())
         limit = f"{failures} failed attempt(s), limit {max_retries + 1}"
         return RunState(Status.FAILED, f"{detail}; {limit}{': gave up' if gave_up else ''}", failures, gave_up)
     return RunState(Status.PENDING, detail, failures)
+
+
+def _first_line(reason: str, limit: int = 300) -> str:
+    """A reason for one line of ``status``: its first line (a refusal lists keys below it), cut."""
+    lines = reason.strip().splitlines() or [""]
+    line = lines[0] + (f" (+{len(lines) - 1} line(s))" if len(lines) > 1 else "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."

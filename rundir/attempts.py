@@ -42,6 +42,8 @@ class Attempt:
     # the SLURM job it ran in (jobscripts.squeue.slurm_job: 12 or 12_3): from another host its pid
     # cannot be checked, but squeue can say whether that job still runs (a node that died)
     job: Optional[str] = None
+    # why it ended, as the work wrote it (a trainer's summary.json or exit.json reason)
+    reason: Optional[str] = None
 
     @property
     def open(self) -> bool:
@@ -109,8 +111,8 @@ def _locked(path: Path) -> Iterator[AttemptLog]:
         _write(path, log)
 
 
-def _close(attempt: Attempt, outcome: str, exit_code: Optional[int] = None) -> None:
-    attempt.ended, attempt.outcome, attempt.exit_code = _now(), outcome, exit_code
+def _close(attempt: Attempt, outcome: str, exit_code: Optional[int] = None, reason: Optional[str] = None) -> None:
+    attempt.ended, attempt.outcome, attempt.exit_code, attempt.reason = _now(), outcome, exit_code, reason
 
 
 def begin(path: Path, pid: int) -> str:
@@ -124,12 +126,14 @@ def begin(path: Path, pid: int) -> str:
     return attempt.id
 
 
-def finish(path: Path, attempt_id: str, exit_code: int, outcome: str, *, close_earlier: bool) -> AttemptLog:
+def finish(
+    path: Path, attempt_id: str, exit_code: int, outcome: str, *, close_earlier: bool, reason: Optional[str] = None
+) -> AttemptLog:
     """Complete attempt ``attempt_id``. ``close_earlier``: this attempt proves that attempts begun
     before it cannot be running (it held the work's lock), so those still open get closed."""
     with _locked(path) as log:
         mine = next(i for i, a in enumerate(log.attempts) if a.id == attempt_id)
-        _close(log.attempts[mine], outcome, exit_code)
+        _close(log.attempts[mine], outcome, exit_code, reason)
         if close_earlier:
             for earlier in log.attempts[:mine]:
                 if earlier.open:

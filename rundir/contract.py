@@ -17,6 +17,10 @@ PARAMETRIZATION_FILE = "parametrization.json"
 METRICS_FILE = "metrics.jsonl"
 DIAGNOSTICS_FILE = "diagnostics.jsonl"  # per-layer update and activation sizes (logging.diagnostics_interval)
 SUMMARY_FILE = "summary.json"
+# A trainer rank that ends with no summary.json to say how (a refusal, exit 2) writes its exit
+# code and reason here, so a launcher that loses the ranks' codes (torchrun, srun with a killed
+# rank) does not turn it into a crash to retry. (rundir.files: ExitRecord.)
+EXIT_FILE = "exit.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOCK_FILE = ".lock"
 WANDB_ID_FILE = "wandb_id"  # the W&B run a resumed session logs to (logging.wandb)
@@ -75,6 +79,11 @@ EXIT_OF_STATUS: dict[Status, ExitCode] = {
     Status.PREEMPTED: ExitCode.RESUMABLE,
 }
 SUMMARY_STATUSES: tuple[Status, ...] = tuple(EXIT_OF_STATUS)
+# Where a trainer's own exit code is read when its launcher's code is not it (torchrun exits 1
+# whatever its ranks exit with; srun exits with the highest code of its tasks): the first of
+# these files written during the attempt. exit.json first: a refusing rank writes it, and rank 0
+# may still write a summary (a crash when its peer left) after it.
+EXIT_FILES: tuple[str, ...] = (EXIT_FILE, SUMMARY_FILE)
 
 # Sweep directory: RUNS_DIR/<run id>/ holds each run directory (launch writes, eval reads them);
 # results.csv = run_id, CANONICAL_KEYS, other swept keys (sorted), [BRANCH_COLUMNS], TAIL_COLUMNS.

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from jobscripts.atomic import atomic_write_text
+from jobscripts.atomic import atomic_write_text, read_json
+from jobscripts.requeue import first_written_exit_code
 from rundir.contract import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
+    EXIT_FILE,
+    EXIT_FILES,
     FINAL_STATUSES,
     HF_EXPORT_DIR,
     LM_EVAL_FILE,
@@ -27,6 +32,7 @@ from rundir.contract import (
     LOCK_FILE,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
+    STATUS_OF_EXIT,
     SUMMARY_FILE,
     ExitCode,
     Status,
@@ -45,7 +51,9 @@ __all__ = [
     "METRICS_FILE",
     "PARAMETRIZATION_FILE",
     "SUMMARY_FILE",
+    "EXIT_FILE",
     "EvalRecord",
+    "ExitRecord",
     "RunDirError",
     "RunSummary",
     "checkpoint_dir",
@@ -53,13 +61,16 @@ __all__ = [
     "latest_checkpoint",
     "metrics_line",
     "number",
+    "attempt_exit",
     "read_diagnostics",
+    "read_exit_record",
     "read_metrics",
     "read_metrics_with_source",
     "read_summary",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
+    "write_exit_record",
     "write_summary",
 ]
 
@@ -200,6 +211,53 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
 
 def write_summary(run_dir: Path, summary: RunSummary) -> None:
     atomic_write_text(Path(run_dir) / SUMMARY_FILE, json.dumps(summary.to_json(), indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------- exit.json
+@dataclass(frozen=True)
+class ExitRecord:
+    """How a trainer process ended when no ``summary.json`` says it (``exit.json``: a refusal,
+    exit 2, written by every rank that refuses once it knows its run directory), or the code a
+    launcher's caller reads for an attempt (:func:`attempt_exit`)."""
+
+    exit_code: int
+    reason: Optional[str] = None
+    rank: Optional[int] = None
+
+    @property
+    def status(self) -> Status:
+        return STATUS_OF_EXIT.get(self.exit_code, Status.FAILED)
+
+
+def write_exit_record(run_dir: Path, record: ExitRecord) -> None:
+    """Written only by a process that may write the run directory (not one locked out of it)."""
+    data = {"exit_code": int(record.exit_code), "status": record.status.value, "reason": record.reason}
+    data |= {"rank": record.rank, "host": socket.gethostname(), "pid": os.getpid()}
+    atomic_write_text(Path(run_dir) / EXIT_FILE, json.dumps(data, indent=1) + "\n")
+
+
+def read_exit_record(run_dir: Path) -> Optional[ExitRecord]:
+    """``exit.json``; None when absent or unreadable."""
+    return _exit_record(read_json(Path(run_dir) / EXIT_FILE))
+
+
+def _exit_record(data: Any) -> Optional[ExitRecord]:
+    if not isinstance(data, dict) or type(data.get("exit_code")) is not int:
+        return None
+    reason, rank = data.get("reason"), data.get("rank")
+    return ExitRecord(data["exit_code"], reason if isinstance(reason, str) else None, rank)
+
+
+def attempt_exit(run_dir: Path, since: float) -> Optional[ExitRecord]:
+    """The exit code (and reason) the trainer wrote during an attempt that began at ``since``
+    (epoch seconds): ``exit.json``, else ``summary.json`` (the contract's ``EXIT_FILES``, the
+    same rule ``jobscripts.requeue --exit-file`` applies); None when it wrote neither. This, not
+    torchrun's or srun's code, is the trainer's."""
+    written = first_written_exit_code([str(Path(run_dir) / name) for name in EXIT_FILES], since)
+    if written is None:
+        return None
+    record = _exit_record(read_json(written[1]))
+    return ExitRecord(written[0], record.reason if record else None)
 
 
 # ----------------------------------------------------------------------------- metrics.jsonl

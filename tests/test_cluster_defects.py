@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -238,10 +239,17 @@ def test_sweep_task_log_holds_the_trainer_output(tmp_path, capfd):
 
 
 def _requeue(
-    tmp_path: Path, code: int, restarts: int, state: str, writes: str = "", exit_file: Path | None = None
+    tmp_path: Path,
+    code: int,
+    restarts: int,
+    state: str,
+    writes: str = "",
+    exit_file: Path | None = None,
+    exit_files: Sequence[Path] = (),
 ) -> subprocess.CompletedProcess:
     """A command exiting ``code`` (after writing ``writes`` to ``exit_file``) under
-    jobscripts.requeue, in SLURM job 31 that squeue shows as ``state``."""
+    jobscripts.requeue with ``--exit-file`` ``exit_files`` (default: ``exit_file``), in SLURM
+    job 31 that squeue shows as ``state``."""
     from jobscripts.requeue import requeue_command
 
     stubs = {"scontrol": f'echo "$@" >> "{tmp_path}/scontrol.calls"', "squeue": f"echo {state}"}
@@ -249,7 +257,8 @@ def _requeue(
         PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31", SLURM_RESTART_COUNT=str(restarts)
     )
     write = f"printf %s '{writes}' > '{exit_file}'; " if writes else ""
-    argv = requeue_command(["bash", "-c", f"{write}exit {code}"], max_requeues=2, on_exit=75, exit_file=exit_file)
+    files = list(exit_files) or ([exit_file] if exit_file is not None else [])
+    argv = requeue_command(["bash", "-c", f"{write}exit {code}"], max_requeues=2, on_exit=75, exit_files=files)
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -279,6 +288,30 @@ def test_a_torchrun_job_is_requeued_on_the_code_its_trainer_wrote(tmp_path):
     assert _requeue(tmp_path, 1, 0, "RUNNING", exit_file=summary).returncode == 1
     summary.write_text("{not json")
     assert _requeue(tmp_path, 1, 0, "RUNNING", exit_file=summary).returncode == 1
+
+
+def test_an_srun_job_whose_rank_refused_exits_2_and_is_not_requeued(tmp_path):
+    """srun exits with its tasks' highest code: rank 0 refuses its resume (exit 2, exit.json),
+    --kill-on-bad-exit sends the other ranks SIGTERM and they exit 75, so srun exits 75 (or 137
+    where they were killed: measured on the test cluster). Before, the job wrapper passed no exit
+    file in srun mode and took the 75 as a preemption: requeued, refused again, up to
+    max_requeues times. The job's exit files (exit.json, then summary.json) give the 2."""
+    from rundir.contract import EXIT_FILES
+
+    exit_json, summary = (tmp_path / name for name in EXIT_FILES)
+    summary.write_text('{"status": "preempted", "exit_code": 75}')
+    old = time.time() - 60
+    os.utime(summary, (old, old))  # an earlier run of the job's
+    refused = '{"exit_code": 2, "status": "invalid", "reason": "the config differs from the checkpoint"}'
+    for srun_code in (75, 137):
+        done = _requeue(tmp_path, srun_code, 0, "RUNNING", refused, exit_json, [exit_json, summary])
+        assert done.returncode == 2, done.stderr
+        assert f"exited {srun_code}; {exit_json} says 2: exiting 2" in done.stderr
+    assert not (tmp_path / "scontrol.calls").exists()
+    # rank 0 wrote this attempt's summary (a crash when its peer left): 1, not srun's 75
+    os.utime(exit_json, (old, old))
+    done = _requeue(tmp_path, 75, 0, "RUNNING", '{"status": "failed", "exit_code": 1}', summary, [exit_json, summary])
+    assert done.returncode == 1 and not (tmp_path / "scontrol.calls").exists()
 
 
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,125 @@ def test_a_torchrun_job_exits_with_its_trainers_code(tmp_path, monkeypatch):
     argv += ["--launcher", "torchrun", "--nproc-per-node", "2", "--train-cmd", FAKE_TRAIN_CMD]
     assert main(argv) == 3  # FAKE_DIVERGE_LR (0.01) < 0.1: diverged at step 3
     assert json.loads((run_dir / "summary.json").read_text())["exit_code"] == 3
+
+
+# ----------------------------------------------------------------------------- the real trainer's exit 2
+SMALL = {"model.hidden_size": 32, "parametrization.base_hidden_size": 32, "model.num_layers": 2,
+         "parametrization.base_num_layers": 2, "scheduler.warmup_steps": 1, "logging.interval": 1}  # fmt: skip
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_refused_resume_under_torchrun_is_invalid_and_not_retried(tmp_path, monkeypatch, capsys):
+    """A sweep run on 2 ranks (torchrun, CPU) is stopped mid-run (SIGTERM: checkpoint, preempted);
+    then the toolkit's presets change (the checkpoint's resolved table differs: a
+    branch_multiplier of 0.5 where the code now resolves 1.0). Every rank refuses the resume
+    (exit 2) and torchrun exits 1. Before, the executor recorded that 1 as a crash and started
+    the run again until max_retries (2 attempts here), each refused alike; now exit.json carries
+    the trainer's 2: one attempt, `invalid`, not retried, and `status` names the reason."""
+    from launch import attempts
+    from launch.sweep_dir import read_plan, write_plan
+    from launch.sweep_spec import expand, load_spec
+    from tests.launch_fixtures.helpers import REPO, derived_spec, env_with
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two "GPUs" for the slot: the ranks run on CPU (gloo)
+    executor = {"kind": "local", "max_parallel": 1, "gpus_per_run": 2, "max_retries": 1}
+    spec = derived_spec(tmp_path, grid={"optimizer.lr": [0.001]}, executor=executor,
+                        overrides={**SMALL, "training.steps": 100000, "parallel.device": "cpu"})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    (run,) = read_plan(sweep_dir).runs
+    rd = sweep_dir / "runs" / run.run_id
+    proc = subprocess.Popen([sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"], cwd=REPO,
+                            env=env_with(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _wait_for(lambda: (rd / "metrics.jsonl").is_file() and (rd / "metrics.jsonl").stat().st_size, 300, "a step")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 75
+    assert [(a.outcome, a.exit_code) for a in attempts.read(rd).attempts] == [("preempted", 75)]
+    (ckpt,) = (rd / "checkpoints").glob("step_*")
+    common = json.loads((ckpt / "common.json").read_text())
+    assert common["parametrization"]["branch_multiplier"] == 1.0
+    common["parametrization"]["branch_multiplier"] = 0.5  # what an older toolkit resolved
+    (ckpt / "common.json").write_text(json.dumps(common))
+
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 1
+    out = capsys.readouterr()
+    log = attempts.read(rd)
+    assert [(a.outcome, a.exit_code) for a in log.attempts] == [("preempted", 75), ("invalid", 2)], out.err
+    assert log.attempts[1].reason.startswith(f"{ckpt}: the resolved parametrization differs from the checkpoint's")
+    assert "branch_multiplier: 0.5 -> 1.0" in log.attempts[1].reason
+    exit_record = json.loads((rd / "exit.json").read_text())
+    assert (exit_record["exit_code"], exit_record["status"]) == (2, "invalid")
+    assert f"{run.run_id}: invalid (exit 2)" in out.err and "retrying" not in out.err
+    assert f"{run.run_id}: last attempt: invalid (exit 2): {ckpt}: the resolved parametrization" in out.out
+    assert "failed     1" in out.out
+
+
+def test_a_torchrun_job_refused_for_a_changed_key_exits_2(tmp_path, monkeypatch, capsys):
+    """A finished run started again on 2 ranks with another optimizer.weight_decay: both ranks
+    refuse (exit 2, the key named) and torchrun exits 1; `launch job` exits with the trainer's
+    2 from exit.json (before: 1, a crash to a script around it)."""
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run_dir = tmp_path / "run"
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=2", *small]
+    assert main([*argv, "--launcher", "local"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    assert (
+        main([*argv, "optimizer.weight_decay=0.1", "--launcher", "torchrun", "--nproc-per-node", "2", *rendezvous]) == 2
+    )
+    record = json.loads((run_dir / "exit.json").read_text())
+    assert (record["exit_code"], record["status"]) == (2, "invalid")
+    assert "optimizer.weight_decay: 0.0 -> 0.1" in record["reason"]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"  # the run's record, kept
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan waits for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ranks_of_a_sigkilled_torchrun_checkpoint_and_exit_75(tmp_path):
+    """torchrun sets no parent-death signal: SIGKILLed (the OOM killer, a job step torn down),
+    it left both ranks training on, orphaned, holding the run lock (before: still training
+    when this test gives up). train_gpt.py asks for SIGTERM when its parent dies, so both
+    ranks save and exit 75: a preempted summary at the checkpoint's step, the lock released."""
+    from rundir.lock import run_locked
+    from tests.conftest import REPO, env, free_port
+
+    run_dir = tmp_path / "run"
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "train_gpt.py", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=100000", *small,
+           "logging.progress_bar=false"]  # fmt: skip
+    agent = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = run_dir / "metrics.jsonl"
+    _wait_for(lambda: metrics.is_file() and metrics.stat().st_size, 300, "a step")
+    ranks = [int(p) for p in (Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split())]
+    assert len(ranks) == 2
+    agent.kill()
+    agent.wait()
+    _wait_for(lambda: not any(map(_running, ranks)), 120, "the orphaned ranks to exit")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["exit_code"]) == ("preempted", 75)
+    assert (
+        json.loads((run_dir / "checkpoints" / "step_{:08d}".format(summary["steps"]) / "common.json").read_text())[
+            "step"
+        ]
+        == summary["steps"]
+    )
+    assert summary["steps"] >= 1 and not run_locked(run_dir)

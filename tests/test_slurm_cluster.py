@@ -370,3 +370,29 @@ def test_sweep_over_max_array_size_runs_as_chained_arrays(slurm: Cluster, tmp_pa
     assert main(["status", str(sweep_dir)]) == 0
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0  # nothing left: exit 0, nothing submitted
     assert len(_arrays(sweep_dir)) == 2
+
+
+# ----------------------------------------------------------------------------- srun mode: a rank's exit 2
+
+
+def test_an_srun_job_whose_rank_refuses_ends_with_2_and_is_not_requeued(slurm: Cluster, tmp_path, monkeypatch):
+    """`launch job --slurm-mode srun` on 2 tasks: rank 0 refuses its resume (exit 2, exit.json),
+    rank 1 waits in the rendezvous; srun's --kill-on-bad-exit sends it SIGTERM and it exits 75
+    (as train_gpt.py does while it starts), so srun exits 75, its tasks' highest code. The job ends FAILED with the trainer's 2, once (before: srun's code,
+    and where that was 75 the job requeued itself to be refused again, up to max_requeues)."""
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("FAKE_REFUSE_RANK", "0")
+    run_dir = tmp_path / "job"
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=8", "--launcher", "slurm"]
+    argv += ["--slurm-mode", "srun", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    assert main([*argv, "--train-cmd", FAKE_TRAIN_CMD]) == 0
+    job = json.loads((run_dir / "launch" / "slurm_job.json").read_text())["job_id"]
+    slurm.wait_gone([job], timeout=120)
+    log = next((run_dir / "launch").glob("slurm-*.out")).read_text()
+    ends = [c for c in slurm.completions() if c["JobId"] == job]
+    assert [(c["JobState"], c["ExitCode"]) for c in ends] == [("FAILED", "2:0")], log
+    assert "task 0: Exited with exit code 2" in log and "requeueing" not in log
+    assert "task 1: Exited with exit code 75" in log  # as train_gpt.py exits on a SIGTERM while it starts
+    assert f"srun exited 75; {run_dir / 'exit.json'} says 2: exiting 2" in log
+    assert json.loads((run_dir / "exit.json").read_text())["exit_code"] == 2

@@ -291,8 +291,13 @@ def test_a_corrupt_latest_checkpoint_is_refused_naming_it_and_the_others(referen
     out = train(run, check=False)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "which is not a complete checkpoint" in out.stderr and "other checkpoints: step_00000015" in out.stderr
+    # exit.json says it too (a launcher that loses the code, torchrun or srun, reads it there)
+    record = json.loads((run / "exit.json").read_text())
+    assert (record["exit_code"], record["status"], record["rank"]) == (2, "invalid", 0)
+    assert out.stderr.startswith(f"error: {record['reason']}")
     (ckpts / "latest").write_text("step_00000015\n")
     train(run)
+    assert not (run / "exit.json").exists()  # the refusal no longer stands
     assert [r["loss"] for r in rows(run)] == [r["loss"] for r in rows(reference)]
     assert summary(run)["final_val_loss"] == summary(reference)["final_val_loss"]
 

@@ -32,9 +32,11 @@ from rundir.files import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     EvalRecord,
+    ExitRecord,
     RunSummary,
     read_metrics,
     read_summary,
+    write_exit_record,
     write_summary,
 )
 from rundir.lock import RunLock
@@ -111,12 +113,10 @@ class Trainer:
         if previous and previous.final and not self.force:
             changes = self._changes_from_finished()
             if changes:
-                print(
-                    f"error: {self.run_dir}: already {previous.status} with another config; refusing to report "
-                    "it as this one's (--force retrains it; or give another run.dir):\n  " + "\n  ".join(changes),
-                    file=sys.stderr,
+                return self._refuse(
+                    f"{self.run_dir}: already {previous.status} with another config; refusing to report "
+                    "it as this one's (--force retrains it; or give another run.dir):\n  " + "\n  ".join(changes)
                 )
-                return ExitCode.USAGE
             if self.is_main:
                 print(f"{self.run_dir}: already {previous.status}; nothing to do (use --force to retrain)")
             return EXIT_OF_STATUS[previous.status]
@@ -132,8 +132,7 @@ class Trainer:
                 self.session = build_session(self.cfg, force=self.force, is_main=self.is_main)
                 ending = self._loop(self.session, flag)
             except SetupError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return ExitCode.USAGE
+                return self._refuse(str(exc))
             except Exception as exc:  # a crash still leaves a summary behind
                 if self.is_main:
                     log.error("run failed:\n%s", traceback.format_exc())
@@ -148,6 +147,13 @@ class Trainer:
             shutdown()
             if lock is not None:
                 lock.release()
+
+    def _refuse(self, message: str) -> ExitCode:
+        """Exit 2 naming why; ``exit.json`` says so too (there is no summary to): under torchrun
+        or srun the launcher's own code is not this one (docs/launch.md, "Runs under torchrun")."""
+        print(f"error: {message}", file=sys.stderr)
+        write_exit_record(self.run_dir, ExitRecord(ExitCode.USAGE, message, self.rank))
+        return ExitCode.USAGE
 
     def _changes_from_finished(self) -> list[str]:
         """``key: old -> new`` for each key where this config differs from the finished run's

@@ -42,6 +42,7 @@ from rundir.files import (
     COMMON_FILE,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
+    EXIT_FILE,
     LATEST,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
@@ -288,6 +289,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         truncate_metrics(run_dir, resume.step)
         truncate_diagnostics(run_dir, resume.step)
         (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+        (run_dir / EXIT_FILE).unlink(missing_ok=True)  # an earlier attempt's refusal: this one got past it
         atomic_write_text(run_dir / CONFIG_FILE, dump_yaml(cfg))
         atomic_write_text(run_dir / PARAMETRIZATION_FILE, json.dumps(table, indent=1) + "\n")
         lg = cfg.logging

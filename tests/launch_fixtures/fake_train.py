@@ -20,6 +20,9 @@ Test knobs (environment):
   FAKE_SAVE_SECONDS   sleep before the checkpoint a stop signal asks for (a large model's save)
   FAKE_TEARDOWN_SECONDS  sleep after summary.json is written, with default signal handling (like
                       the interpreter's exit, which restores them, tearing down torch)
+  FAKE_REFUSE_RANK    under torchrun/srun, this rank refuses its resume as train_gpt.py does (exit 2,
+                      exit.json) before joining the collective; the others wait in it and exit 75
+                      on SIGTERM, as train_gpt.py does while it starts (nothing trained)
 Every start appends {"event": "start", "pid", "start_step", "time"} to RUN_DIR/fake_events.jsonl
 and every exit an "end" event, so tests can count attempts and check they never overlap.
 Under torchrun (WORLD_SIZE > 1) the ranks all-reduce over gloo and rank 0 writes dist.json.
@@ -152,6 +155,13 @@ def main() -> int:
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     run_dir = Path(cfg.run.dir)
+    if world > 1 and os.environ.get("FAKE_REFUSE_RANK") == str(rank):
+        reason = f"{run_dir}/checkpoints/step_00000002: the config differs from the checkpoint's; refusing to resume"
+        print(f"fake_train: {reason}", file=sys.stderr)
+        rd.write_exit_record(run_dir, rd.ExitRecord(ExitCode.USAGE, reason, rank))
+        return ExitCode.USAGE
+    if world > 1 and os.environ.get("FAKE_REFUSE_RANK") is not None:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(ExitCode.RESUMABLE))
     if world > 1:
         total = _all_reduce(rank, world)
         if rank != 0:
