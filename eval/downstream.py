@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -23,15 +24,17 @@ from rundir.files import LM_EVAL_FILE
 KEYS = ["preset", "depth", "lr", "seed"]
 
 
-def read_scores(sweep_dir: Path, run_ids: list[str]) -> tuple[pd.DataFrame, dict[str, bool]]:
+def read_scores(sweep_dir: Path | Callable[[str], Path], run_ids: list[str]) -> tuple[pd.DataFrame, dict[str, bool]]:
     """One row per run with scores (run_id and a ``task/metric`` column per score), and for each
     ``task/metric`` whether higher is better, as lm-eval says (``higher_is_better`` in
     lm_eval.json; absent from files written before it was kept, and for lm-eval groups whose
-    tasks disagree)."""
+    tasks disagree). ``sweep_dir``: the sweep directory, or each run's directory by its ID
+    (tables of several sweeps: ``SweepResults.run_dir``)."""
+    run_dir = sweep_dir if callable(sweep_dir) else (lambda run_id: sweep_dir / RUNS_DIR / run_id)
     rows = []
     higher: dict[str, bool] = {}
     for run_id in run_ids:
-        path = sweep_dir / RUNS_DIR / run_id / LM_EVAL_FILE
+        path = run_dir(run_id) / LM_EVAL_FILE
         if not path.is_file():
             continue
         try:
@@ -93,7 +96,7 @@ def write_downstream(sweep, out: Path) -> Optional[Path]:
     """Write downstream.csv and downstream.md under ``out`` when any run has scores."""
     rows = sweep.rows
     final = rows.sort_values("fraction").groupby("run_id").tail(1)
-    scores, higher = read_scores(sweep.sweep_dir, sorted(final["run_id"].unique()))
+    scores, higher = read_scores(sweep.run_dir, sorted(final["run_id"].unique()))
     if scores.empty:
         return None
     table = per_run_table(final, scores)

@@ -396,6 +396,7 @@ def analysis_dict(analysis: TransferAnalysis, figures: list[str]) -> dict[str, A
     return {
         "tool": "python -m eval transfer",
         "source": analysis.source,
+        "sources": [{"file": file, "runs": runs} for file, runs in analysis.sources],
         "settings": analysis.settings,
         "fractions": analysis.fractions,
         "counts": {"runs": cs.n_trained, "pending_runs": cs.n_pending_runs, "shared_base_rows": cs.n_shared},
@@ -543,6 +544,14 @@ def _regret_text(d: DepthResult) -> str:
     return d.regret_status.replace("_", " ")
 
 
+def _sources_text(analysis: TransferAnalysis) -> str:
+    """``Source: `results.csv``` or, for tables read as one, each with the runs it gave."""
+    if len(analysis.sources) < 2:
+        return f"Source: `{analysis.source}`"
+    tables = ", ".join(f"`{file}` ({runs} runs)" for file, runs in analysis.sources)
+    return f"Sources, read as one table: {tables}"
+
+
 def _runs_text(cs) -> str:
     """Run counts as ``launch status`` counts them: a shared base-depth run once."""
     text = f"{cs.n_trained} runs ({cs.n_pending_runs} pending, ignored)"
@@ -563,7 +572,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
         Block("h1", "Learning-rate transfer across depth"),
         Block(
             "p",
-            f"Source: `{analysis.source}` — {_runs_text(cs)}; "
+            f"{_sources_text(analysis)} — {_runs_text(cs)}; "
             f"fractions: {', '.join(fraction_label(f) for f in analysis.fractions)}; quadratic fit window ±{st['fit_window']} "
             f"usable LR point(s); {st['bootstrap_samples']} seed-bootstrap samples (RNG seed {st['bootstrap_seed']}, "
             f"{st['ci_level']:g}% percentile CI); diverged runs "

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,24 +48,53 @@ class ResultsError(ValueError):
 
 @dataclass
 class SweepResults:
-    """The validated rows of one ``results.csv``.
+    """The validated rows of one ``results.csv``, or of several read as one table.
 
     ``rows`` has one row per CSV data row with typed columns: ``run_id``, the short canonical
     names (``preset``, ``depth``, ``lr``, ``seed``, ``block_multiplier``, ``base_depth``,
     ``hidden_size``), every extra swept key under its dotted name (kept as text), ``status``,
     ``step`` (float, NaN when empty), ``fraction``, ``val_loss`` (float, NaN when empty or
     non-finite text such as ``nan``), ``val_loss_recorded`` (the cell was not empty) and
-    ``line`` (the 1-based line number in the file, header = line 1).
+    ``line`` (the 1-based line number in the file, header = line 1). Read from several files
+    (``paths``), each row also has ``file``: the table it is a line of.
     """
 
     path: Path
     rows: pd.DataFrame
     extra_keys: list[str]
     warnings: list[str] = field(default_factory=list)
+    paths: tuple[Path, ...] = ()  # the tables read, where there were several (path is the first)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every table read, in the order given."""
+        return self.paths or (self.path,)
+
+    @property
+    def name(self) -> str:
+        """The table, or the tables, as messages name them."""
+        return ", ".join(str(p) for p in self.files)
 
     @property
     def sweep_dir(self) -> Path:
+        """The folder of the (first) table: a sweep directory's ``runs/`` are there."""
         return self.path.parent
+
+    def run_dir(self, run_id: str) -> Path:
+        """The run directory of ``run_id``: ``runs/<ID>`` beside the table its rows are in."""
+        if "file" in self.rows:
+            hit = self.rows.loc[self.rows["run_id"] == run_id, "file"]
+            if len(hit):
+                return Path(hit.iloc[0]).parent / RUNS_DIR / run_id
+        return self.sweep_dir / RUNS_DIR / run_id
+
+    def runs_per_file(self) -> list[tuple[str, int]]:
+        """(table, runs analysed from it), in the order given; a shared base-depth copy is not a run."""
+        rows = self.rows[~self.rows["shared_copy"].eq(True)] if "shared_copy" in self.rows else self.rows
+        if "file" not in rows:
+            return [(str(self.path), int(rows["run_id"].nunique()))]
+        counts = rows.groupby("file", sort=False)["run_id"].nunique()
+        return [(str(p), int(counts.get(str(p), 0))) for p in self.files]
 
     def recorded_fractions(self) -> list[float]:
         """Distinct eval fractions in the file, ascending (near-equal floats merged)."""
@@ -97,15 +127,40 @@ def _parse_int(text: str, where: str, *, allow_empty: bool = False, minimum: int
     return int(value)
 
 
-def read_results(path: str | Path, ignore_columns: list[str] | tuple[str, ...] = ()) -> SweepResults:
-    """Parse and validate ``path`` (a ``results.csv`` or the sweep directory holding one).
+def read_results(
+    path: str | Path | Sequence[str | Path], ignore_columns: list[str] | tuple[str, ...] = ()
+) -> SweepResults:
+    """Parse and validate ``path`` (a ``results.csv`` or the sweep directory holding one), or
+    several such tables read as one.
 
     Any file name is read as the table (a file another tool wrote, e.g. ``sweep.tsv``); the
     delimiter is a comma, or a tab when the header holds tabs and no comma (one reading, no
     guess). A UTF-8 byte-order mark (Excel's "CSV UTF-8") is not part of the first column's
     name. ``ignore_columns`` are left out before anything else is read (``eval transfer
     --ignore-columns``: per-run records another tool writes, which are no swept keys).
+
+    Several tables (cooldowns from several branch steps, a stable sweep and its cooldowns, one
+    sweep run on two clusters): each is read and checked alone, as one is, then they are joined
+    (:func:`join_tables`) and the checks across rows run again on the whole.
     """
+    if isinstance(path, (str, Path)):
+        return _read_table(Path(path), ignore_columns)[0]
+    paths = [Path(p) for p in path]
+    if not paths:
+        raise ResultsError("no results.csv given")
+    if len(paths) == 1:
+        return _read_table(paths[0], ignore_columns)[0]
+    read = [_read_table(p, ignore_columns, partial=True) for p in paths]
+    if absent := [c for c in ignore_columns if not any(c in left_out for _, left_out in read)]:
+        raise ResultsError(f"--ignore-columns {absent}: in none of the headers of {', '.join(map(str, paths))}")
+    return join_tables([table for table, _ in read])
+
+
+def _read_table(
+    path: Path, ignore_columns: list[str] | tuple[str, ...], *, partial: bool = False
+) -> tuple[SweepResults, list[str]]:
+    """One table, validated; and the ``ignore_columns`` it had (``partial``: the others are
+    another table's, not an error here)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -132,8 +187,9 @@ def read_results(path: str | Path, ignore_columns: list[str] | tuple[str, ...] =
         raise ResultsError(f"{path}: not valid CSV: {exc}") from exc
     header = [h.strip() for h in records[0]]
     warnings: list[str] = []
-    if ignore_columns:
-        records = _drop_columns(path, header, records, ignore_columns, warnings)
+    left_out = [c for c in ignore_columns if c in header] if partial else list(ignore_columns)
+    if left_out:
+        records = _drop_columns(path, header, records, left_out, warnings)
         header = [h.strip() for h in records[0]]
     _check_header(path, header, warnings)
     body = [(i + 2, rec) for i, rec in enumerate(records[1:]) if any(cell.strip() for cell in rec)]
@@ -149,7 +205,7 @@ def read_results(path: str | Path, ignore_columns: list[str] | tuple[str, ...] =
     check_duplicates(path, rows, extra_keys)
     check_lr_grid(path, rows, extra_keys)
     check_extra_keys_split_curves(path, rows, extra_keys)
-    return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings)
+    return SweepResults(path=path, rows=rows, extra_keys=extra_keys, warnings=warnings), left_out
 
 
 def _delimiter(path: Path, header_line: str) -> str:
@@ -203,6 +259,100 @@ def results_from_records(path: str | Path, records: list[dict], extra_keys: list
     _check_run_consistency(path, rows, extra_keys)
     check_duplicates(path, rows, extra_keys)
     return SweepResults(path=path, rows=rows, extra_keys=extra_keys)
+
+
+def join_tables(tables: list[SweepResults]) -> SweepResults:
+    """Several validated tables as one: their rows, each with its ``file``, the union of their
+    swept columns, and the checks across rows (:func:`check_duplicates`, :func:`check_lr_grid`,
+    :func:`check_extra_keys_split_curves`) run on the whole, naming the file of each line.
+
+    A run ID is one run: one in two tables with the same rows (the same table under two names,
+    a sweep copied to another cluster) is counted once and said so; with other rows it is refused,
+    naming both files and lines. A swept column one table lacks (a stable sweep has no
+    ``branch_of.step``; a sweep that fixed ``training.steps`` has no such column) is empty in its
+    rows, which form families of their own, and said so. One file given twice is refused."""
+    seen: dict[Path, Path] = {}
+    for table in tables:
+        other = seen.setdefault(table.path.resolve(), table.path)
+        if other is not table.path:
+            also = f" (also as {other})" if str(other) != str(table.path) else ""
+            raise ResultsError(f"{table.path}: given twice{also}: each table is read once")
+    extra = list(dict.fromkeys(k for t in tables for k in t.extra_keys))
+    frames: list[pd.DataFrame] = []
+    warnings: list[str] = []
+    for table in tables:
+        rows = table.rows.copy()
+        warnings += table.warnings
+        if missing := [k for k in extra if k not in table.extra_keys]:
+            for key in missing:
+                rows[key] = ""
+            warnings.append(
+                f"{table.path}: no column(s) {missing} (another table's swept keys): its "
+                f"{rows['run_id'].nunique()} run(s) read them as empty, so they are families of their own"
+            )
+        rows["file"] = str(table.path)
+        frames.append(rows)
+    rows = _drop_repeated_runs(pd.concat(frames, ignore_index=True), warnings)
+    label = ", ".join(str(t.path) for t in tables)
+    check_duplicates(label, rows, extra)
+    check_lr_grid(label, rows, extra)
+    check_extra_keys_split_curves(label, rows, extra)
+    return SweepResults(tables[0].path, rows, extra, warnings, tuple(t.path for t in tables))
+
+
+def _drop_repeated_runs(rows: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """Rows of a run ID that is in several tables: kept once where every table has the same rows
+    for it, else a ``ResultsError`` naming both files, their first lines and the difference."""
+    files = rows.groupby("run_id", sort=False)["file"].unique()
+    repeated = files[files.map(len) > 1]
+    if repeated.empty:
+        return rows
+    same = [c for c in rows.columns if c not in ("line", "file")]
+    dropped: dict[tuple[str, str], list[str]] = {}
+    drop = pd.Series(False, index=rows.index)
+    for run_id, names in repeated.items():
+        mine = rows[rows["run_id"] == run_id]
+        first = mine[mine["file"] == names[0]]
+        a = first[same].sort_values("fraction").reset_index(drop=True)
+        for name in names[1:]:
+            theirs = mine[mine["file"] == name]
+            b = theirs[same].sort_values("fraction").reset_index(drop=True)
+            if not a.equals(b):
+                where = f"{names[0]} line {int(first['line'].min())} and {name} line {int(theirs['line'].min())}"
+                raise ResultsError(f"{where}: run {run_id!r} is in both tables with {_difference(a, b)}; a run ID "
+                                   "names one run: give each table once, or leave one of them out")  # fmt: skip
+            dropped.setdefault((str(names[0]), str(name)), []).append(str(run_id))
+            drop |= (rows["run_id"] == run_id) & (rows["file"] == name)
+    for (kept, left), ids in dropped.items():
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        warnings.append(f"{left}: {len(ids)} run(s) also in {kept} with the same rows, counted once ({shown})")
+    return rows[~drop].reset_index(drop=True)
+
+
+def _difference(a: pd.DataFrame, b: pd.DataFrame) -> str:
+    """How one run's rows in two tables differ (same columns, sorted by fraction)."""
+    if len(a) != len(b):
+        return f"{len(a)} and {len(b)} rows (eval points)"
+    for column in a.columns:
+        if not a[column].equals(b[column]):
+            i = next(i for i in range(len(a)) if not a[[column]].iloc[[i]].equals(b[[column]].iloc[[i]]))
+            mine, theirs = (_plain(frame[column].iloc[i]) for frame in (a, b))
+            return f"other values of column '{_contract_name(column)}': {mine!r} and {theirs!r}"
+    return "other rows"  # pragma: no cover - equals() said they differ
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python number it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _at(path: str | Path, *rows: pd.Series) -> str:
+    """Where ``rows`` are: ``PATH: lines a and b``, or ``A line a and B line b`` where they are
+    lines of two tables read as one (their ``file``)."""
+    files = [str(r.get("file", path)) for r in rows]
+    if len(set(files)) == 1:
+        return f"{files[0]}: line{'s' if len(rows) > 1 else ''} {' and '.join(str(int(r['line'])) for r in rows)}"
+    return " and ".join(f"{f} line {int(r['line'])}" for f, r in zip(files, rows))
 
 
 def _check_header(path: Path, header: list[str], warnings: list[str]) -> None:
@@ -321,10 +471,12 @@ def check_lr_grid(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> None
         if not steps.size or steps.min() >= LR_MIN_STEP_OCTAVES:
             continue
         i = int(np.argmin(steps))
-        a, b = float(lrs[i]), float(lrs[i + 1])
-        (line_a, a), (line_b, b) = sorted((int(group.loc[group["lr"] == v, "line"].min()), v) for v in (a, b))
+        # the first row of each of the two LRs (in table order, then line order), the earlier one first
+        firsts = [group.loc[group["lr"] == v].iloc[0] for v in (float(lrs[i]), float(lrs[i + 1]))]
+        ra, rb = sorted(firsts, key=lambda r: group.index.get_loc(r.name))
+        a, b = float(ra["lr"]), float(rb["lr"])
         raise ResultsError(
-            f"{path}: lines {line_a} and {line_b}, column 'optimizer.lr': {a!r} and {b!r} are {steps[i]:.3g} octave "
+            f"{_at(path, ra, rb)}, column 'optimizer.lr': {a!r} and {b!r} are {steps[i]:.3g} octave "
             f"apart at the same preset, depth and family (parametrization.preset={group['preset'].iloc[0]}, "
             f"model.num_layers={group['depth'].iloc[0]}): one LR written with different precision? Write every LR "
             f"with the same digits (the analysis would fit two grid points {steps[i]:.3g} octave apart)"
@@ -378,9 +530,9 @@ def check_duplicates(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> N
     close = (ordered["fraction"] - ordered["fraction"].shift()).abs() <= FRACTION_ATOL
     for i in ordered.index[same_run & close]:
         prev = ordered.index[ordered.index.get_loc(i) - 1]
-        a, b = sorted((int(rows.at[prev, "line"]), int(rows.at[i, "line"])))
+        a, b = sorted((rows.loc[prev], rows.loc[i]), key=lambda r: int(r["line"]))
         found.append(
-            f"lines {a} and {b}: run {rows.at[i, 'run_id']!r} has two rows at fraction {rows.at[i, 'fraction']:g} "
+            f"{_at(path, a, b)}: run {rows.at[i, 'run_id']!r} has two rows at fraction {rows.at[i, 'fraction']:g} "
             "(column 'fraction'; a run has one row per eval point)"
         )
     keys = [*CONFIG_KEYS, *extra_keys]
@@ -391,12 +543,12 @@ def check_duplicates(path: Path, rows: pd.DataFrame, extra_keys: list[str]) -> N
         first, second = group.iloc[0], group.iloc[1]
         config = ", ".join(f"{_contract_name(k)}={first[k]}" for k in keys)
         found.append(
-            f"lines {int(first['line'])} and {int(second['line'])}: runs {first['run_id']!r} and {second['run_id']!r} "
+            f"{_at(path, first, second)}: runs {first['run_id']!r} and {second['run_id']!r} "
             f"have the same configuration ({config}); one configuration under two run IDs would count as two seeds"
         )
     if found:
         more = f" (and {len(found) - 1} more duplicate(s))" if len(found) > 1 else ""
-        raise ResultsError(f"{path}: {found[0]}{more}")
+        raise ResultsError(f"{found[0]}{more}")
 
 
 def _contract_name(short: str) -> str:
@@ -406,15 +558,16 @@ def _contract_name(short: str) -> str:
     return short
 
 
-def read_divergence_reasons(sweep_dir: Path, run_ids: list[str]) -> dict[str, str]:
-    """``summary.json`` ``reason`` of the given runs, where the run directory has one.
+def read_divergence_reasons(sweep: SweepResults, run_ids: list[str]) -> dict[str, str]:
+    """``summary.json`` ``reason`` of the given runs, where the run directory (beside the table
+    the run's rows are in: :meth:`SweepResults.run_dir`) has one.
 
     Run directories are optional extras (the analysis works from ``results.csv`` alone), so a
     missing or unreadable summary is simply skipped.
     """
     reasons: dict[str, str] = {}
     for run_id in run_ids:
-        summary = read_summary(sweep_dir / RUNS_DIR / run_id)
+        summary = read_summary(sweep.run_dir(run_id))
         if summary is not None and isinstance(summary.reason, str) and summary.reason:
             reasons[run_id] = summary.reason
     return reasons
@@ -425,12 +578,12 @@ def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
     swept = sorted(int(d) for d in sweep.rows["depth"].unique())
     missing = sorted(set(depths) - set(swept))
     if missing:
-        raise ResultsError(f"{sweep.path}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
+        raise ResultsError(f"{sweep.name}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
     if set(swept) <= set(depths):
         return sweep  # nothing left out (a study passes its own depths): nothing to note
     rows = sweep.rows[sweep.rows["depth"].isin(depths)].reset_index(drop=True)
     note = f"only depths {sorted(depths)} of {swept} analysed (--depths)"
-    return SweepResults(sweep.path, rows, sweep.extra_keys, [*sweep.warnings, note])
+    return replace(sweep, rows=rows, warnings=[*sweep.warnings, note])
 
 
 def keep_where(sweep: SweepResults, conditions: list[tuple[str, str]]) -> SweepResults:
@@ -443,16 +596,16 @@ def keep_where(sweep: SweepResults, conditions: list[tuple[str, str]]) -> SweepR
         column = CANONICAL_COLUMNS.get(key, key)
         if column not in CONFIG_KEYS and column not in sweep.extra_keys:
             columns = [*CANONICAL_COLUMNS, *sweep.extra_keys]
-            raise ResultsError(f"{sweep.path}: --where {key}={value}: no column {key!r} (columns: {columns})")
+            raise ResultsError(f"{sweep.name}: --where {key}={value}: no column {key!r} (columns: {columns})")
         cells = rows[column]
         hit = cells.map(lambda cell, value=value: _same_value(cell, value))
         if not hit.any():
             held = sorted({str(cell) for cell in cells})
-            raise ResultsError(f"{sweep.path}: --where {key}={value}: no row has it (column {key!r} holds {held})")
+            raise ResultsError(f"{sweep.name}: --where {key}={value}: no row has it (column {key!r} holds {held})")
         rows = rows[hit]
     text = " ".join(f"{key}={value}" for key, value in conditions)
     note = f"only rows with {text} analysed (--where)"
-    return SweepResults(sweep.path, rows.reset_index(drop=True), sweep.extra_keys, [*sweep.warnings, note])
+    return replace(sweep, rows=rows.reset_index(drop=True), warnings=[*sweep.warnings, note])
 
 
 def _same_value(cell: object, value: str) -> bool:
@@ -490,7 +643,7 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
 
     source_base = rows[(rows["preset"] == source) & (rows["depth"] == rows["base_depth"])]
     if source_base.empty:
-        raise ResultsError(f"{sweep.path}: --shared-base {source}: no rows of preset {source!r} at its base depth")
+        raise ResultsError(f"{sweep.name}: --shared-base {source}: no rows of preset {source!r} at its base depth")
     at_base = groups(source_base, combo_keys)
     copies, shared = [], []
     for family, mine in groups(rows, ["preset", *arm_keys, *combo_keys]).items():
@@ -502,18 +655,18 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
             continue  # the source's own runs (as ever: a combination it lacks at L0 is not looked for)
         where = f" with {dict(zip(combo_keys, values))}" if combo_keys else ""
         if base is None:
-            raise ResultsError(f"{sweep.path}: --shared-base {source}: no base-depth rows of {source!r}{where}")
+            raise ResultsError(f"{sweep.name}: --shared-base {source}: no base-depth rows of {source!r}{where}")
         lenders = groups(base, arm_keys)
         if len(lenders) > 1:
             raise ResultsError(
-                f"{sweep.path}: --shared-base {source}: base-depth rows of {source!r}{where} with several values of "
+                f"{sweep.name}: --shared-base {source}: base-depth rows of {source!r}{where} with several values of "
                 f"{arm_keys} ({sorted(lenders)}): which of them stands for {preset!r} {dict(zip(arm_keys, arm))} "
                 "is ambiguous; give each such family its own base-depth runs, or keep one set"
             )
         bases = set(mine["base_depth"])
         if bases != set(base["base_depth"]):
             raise ResultsError(
-                f"{sweep.path}: --shared-base {source}: preset {preset!r}{where} has base depth(s) {sorted(bases)}, "
+                f"{sweep.name}: --shared-base {source}: preset {preset!r}{where} has base depth(s) {sorted(bases)}, "
                 f"{source!r} {sorted(set(base['base_depth']))}; only the same base shape can be shared"
             )
         tag = ",".join(f"{k.split('.')[-1]}={v}" for k, v in zip(arm_keys, arm))
@@ -533,4 +686,4 @@ def share_base_depth(sweep: SweepResults, source: str) -> SweepResults:
         "(at the base shape every preset is the same model)"
     )
     merged = pd.concat([rows, *copies], ignore_index=True)
-    return SweepResults(sweep.path, merged, sweep.extra_keys, [*sweep.warnings, note])
+    return replace(sweep, rows=merged, warnings=[*sweep.warnings, note])

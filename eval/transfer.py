@@ -276,6 +276,7 @@ class TransferAnalysis:
     goals: list[dict] = field(default_factory=list)  # eval.goals.GoalCheck.as_dict() rows, when goals were given
     goal_context: list[str] = field(default_factory=list)  # what a study says above them (stop reason, spent)
     predictions: list = field(default_factory=list)  # DepthPrediction rows (--target-depth)
+    sources: list[tuple[str, int]] = field(default_factory=list)  # (table read, its runs analysed), in order
 
     def result(self, family: Family, fraction: float) -> FractionResult:
         return next(r for r in self.results if r.family == family and r.fraction == fraction)
@@ -318,7 +319,7 @@ def resolve_fractions(sweep: SweepResults, requested: list[float] | str | None) 
         if not chosen:
             notes.append(
                 Note(
-                    "", f"neither 0.5 nor 1.0 is recorded in {sweep.path}; analysing every recorded fraction ({shown})"
+                    "", f"neither 0.5 nor 1.0 is recorded in {sweep.name}; analysing every recorded fraction ({shown})"
                 )
             )
             return recorded, notes
@@ -332,7 +333,7 @@ def resolve_fractions(sweep: SweepResults, requested: list[float] | str | None) 
         match = [r for r in recorded if abs(r - f) <= FRACTION_ATOL]
         if not match:
             raise AnalysisInputError(
-                f"{sweep.path}: fraction {f:g} is not recorded in column 'fraction'; recorded: {shown}"
+                f"{sweep.name}: fraction {f:g} is not recorded in column 'fraction'; recorded: {shown}"
             )
         if match[0] not in chosen:
             chosen.append(match[0])
@@ -401,14 +402,14 @@ def analyze(
         unknown = [p for p in presets if p not in known]
         if unknown:
             raise AnalysisInputError(
-                f"{sweep.path}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}"
+                f"{sweep.name}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}"
             )
         families = [f for f in families if f.preset in presets]
     if base_depth is not None:
         all_depths = sorted({c.depth for (fam, _), cs in curveset.curves.items() if fam in families for c in cs})
         if base_depth not in all_depths:
             raise AnalysisInputError(
-                f"{sweep.path}: --base-depth {base_depth} is not a swept depth (column 'model.num_layers' holds {all_depths})"
+                f"{sweep.name}: --base-depth {base_depth} is not a swept depth (column 'model.num_layers' holds {all_depths})"
             )
     if curveset.n_pending_runs:
         ids = _ids(curveset.pending_run_ids)
@@ -428,7 +429,8 @@ def analyze(
     diverged = sorted({rid for r in results for d in r.depths for rid in d.curve.diverged_run_ids})
     gaps = [g for fraction in chosen for g in preset_gaps([r for r in results if r.fraction == fraction])]
     return TransferAnalysis(
-        source=str(sweep.path),
+        source=sweep.name,
+        sources=sweep.runs_per_file(),
         fractions=chosen,
         families=families,
         results=results,
@@ -445,7 +447,7 @@ def analyze(
             "base_depth_override": base_depth,
             "presets": presets,
         },
-        divergence_reasons=read_divergence_reasons(sweep.sweep_dir, diverged),
+        divergence_reasons=read_divergence_reasons(sweep, diverged),
         gaps=gaps,
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -78,7 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE
 
     parser.add_argument(
-        "sweep_dir", metavar="SWEEP_DIR", help="sweep directory holding results.csv (or the CSV itself)"
+        "sweep_dir",
+        nargs="+",
+        metavar="SWEEP_DIR",
+        help="sweep directory holding results.csv (or the CSV itself); several are read as one table (cooldowns "
+        "from several branch steps, a stable sweep and its cooldowns, one sweep run on two clusters): each checked "
+        "alone, a run ID in two of them refused unless its rows are the same",
     )
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="output directory (created; files replaced atomically)"
@@ -193,7 +198,7 @@ class TransferOutputs:
 
 
 def write_transfer(
-    sweep_dir: str | Path,
+    sweep_dir: str | Path | Sequence[str | Path],
     out: str | Path,
     *,
     shared_base: Optional[str] = None,
@@ -216,6 +221,9 @@ def write_transfer(
     where: Optional[list[tuple[str, str]]] = None,
 ) -> TransferOutputs:
     """Analyse a sweep and write transfer.json, transfer.csv, report.md/.html and the figures.
+
+    ``sweep_dir``: a sweep directory or a results.csv, or several read as one table
+    (``eval.results.read_results``).
 
     The Python API behind ``python -m eval transfer`` (the demo calls it). ``goals`` adds the
     per-goal table (eval/goals.py) to the report and transfer.json, ``goal_context`` the lines
@@ -391,6 +399,8 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
     from eval.goals import achieved_text, met_text
     from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
 
+    if len(analysis.sources) > 1:
+        print("read as one table: " + ", ".join(f"{file} ({runs} runs)" for file, runs in analysis.sources))
     print(_interval_line(analysis))
     marked = False
     for r in analysis.results:

@@ -145,35 +145,71 @@ def linked_rows(keys: tuple[str, ...], raw: Any, where: str) -> list[tuple[Any, 
 
 
 # A grid entry checkpoint.init_from: {runs_of: SWEEP_DIR, step: S} branches every run of another
-# sweep: one row per run, its checkpoint at step S linked with that run's grid values.
+# sweep: one row per run, its checkpoint at step S linked with that run's grid values. S may be a
+# list of steps (a row per run and step), and `cooldown: C` (or a list) makes each branch nothing
+# but a WSD cooldown of C steps: training.steps = S + C and scheduler.wsd_decay_steps = C.
 RUNS_OF = "runs_of"
+COOLDOWN = "cooldown"
+WSD_DECAY_STEPS_KEY = "scheduler.wsd_decay_steps"
+COOLDOWN_KEYS: tuple[str, ...] = (STEPS_KEY, WSD_DECAY_STEPS_KEY)  # the keys `cooldown` sets, in row order
+
+
+def _positive_ints(raw: Any, name: str, entry: str, what: str) -> list[int]:
+    """``raw``: a positive integer or a list of distinct ones."""
+    values = raw if isinstance(raw, list) else [raw]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    if not values or bad:
+        raise LaunchError(f"{entry}: {name}: must be a positive integer or a list of them ({what}), got {raw!r}")
+    if len(set(values)) < len(values):
+        raise LaunchError(f"{entry}: {name}: lists a value twice: {raw!r}")
+    return values
 
 
 def runs_of_rows(raw: Mapping[str, Any], entry: str) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    """The linked keys (``checkpoint.init_from`` and the other sweep's grid keys) and one row per
-    run of that sweep: its checkpoint folder at ``step`` (absolute) and its grid values, so that a
-    branch has its source's depth, LR, seed... A run that ended (diverged) before ``step`` is left
-    out, said on stderr; one that has not got there yet, or whose checkpoint is gone, is refused."""
-    from launch.sweep_dir import read_plan, run_dir
-    from rundir.files import checkpoint_dir, checkpoint_steps, read_summary
+    """The linked keys (``checkpoint.init_from``, with ``cooldown`` :data:`COOLDOWN_KEYS`, and the
+    other sweep's grid keys) and one row per run of that sweep and branch step (and cooldown):
+    its checkpoint folder at that step (absolute) and its grid values, so that a branch has its
+    source's depth, LR, seed... A run that ended (diverged) before a step is left out there,
+    said on stderr; one that has not got there yet, or whose checkpoint is gone, is refused."""
+    from launch.sweep_dir import read_plan
 
-    if set(raw) != {RUNS_OF, "step"}:
-        raise LaunchError(f"{entry}: {RUNS_OF} needs exactly the keys ['{RUNS_OF}', 'step'], got {sorted(raw)}")
-    step = raw["step"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise LaunchError(f"{entry}: step: must be a positive integer (the checkpoint to branch from), got {step!r}")
+    if not {RUNS_OF, "step"} <= set(raw) <= {RUNS_OF, "step", COOLDOWN}:
+        raise LaunchError(f"{entry}: {RUNS_OF} needs exactly the keys ['{RUNS_OF}', 'step'] (and optionally "
+                          f"'{COOLDOWN}'), got {sorted(raw)}")  # fmt: skip
+    steps = _positive_ints(raw["step"], "step", entry, "the checkpoints to branch from")
+    cooldowns: list[Optional[int]] = [None]
+    if COOLDOWN in raw:
+        cooldowns = list(_positive_ints(raw[COOLDOWN], COOLDOWN, entry, "steps of WSD decay after the branch step"))
     source = Path(str(raw[RUNS_OF])).resolve()  # relative to the current directory, as --sweep-dir
     try:
         plan = read_plan(source)
     except LaunchError as exc:
         raise LaunchError(f"{entry}: {RUNS_OF}: {exc}") from None
     keys = tuple(plan.grid)
+    set_here = COOLDOWN_KEYS if COOLDOWN in raw else ()
+    if clash := [k for k in set_here if k in keys]:
+        raise LaunchError(f"{entry}: {COOLDOWN}: sets {list(COOLDOWN_KEYS)}, but the runs of {source} sweep {clash}; "
+                          "give the branch's keys by hand in another grid entry instead of cooldown")  # fmt: skip
+    rows = []
+    for step in steps:
+        for folder, values in _branch_sources(plan, source, step, entry):
+            for cooldown in cooldowns:
+                mine = () if cooldown is None else (step + cooldown, cooldown)
+                rows.append((folder, *mine, *values))
+    return (INIT_FROM_KEY, *set_here, *keys), rows
+
+
+def _branch_sources(plan: SweepPlan, source: Path, step: int, entry: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """(checkpoint folder at ``step``, grid values) of every run of the sweep ``source`` that has it."""
+    from launch.sweep_dir import run_dir
+    from rundir.files import checkpoint_dir, checkpoint_steps, read_summary
+
     rows, skipped, missing = [], [], []
     for run in plan.runs:
         rd = run_dir(source, run.run_id)
         ckpt = checkpoint_dir(rd, step)
         if step in checkpoint_steps(rd):
-            rows.append((str(ckpt), *(run.point[k] for k in keys)))
+            rows.append((str(ckpt), tuple(run.point[k] for k in plan.grid)))
             continue
         summary = read_summary(rd)
         if summary is not None and summary.final and summary.steps < step:
@@ -192,7 +228,7 @@ def runs_of_rows(raw: Mapping[str, Any], entry: str) -> tuple[tuple[str, ...], l
               f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
     if not rows:
         raise LaunchError(f"{entry}: no run of {source} has a checkpoint at step {step}")
-    return (INIT_FROM_KEY, *keys), rows
+    return rows
 
 
 def fixed_gamma_shapes(options: Any, where: str) -> list[dict[str, int]]:
@@ -267,6 +303,25 @@ def _typed_row(
     return tuple(flat[key] for key in keys)
 
 
+def _check_branch_point(where: str, point: Mapping[str, Any], flat: Mapping[str, Any], cooldown: bool) -> None:
+    """A branch of a runs_of entry trains past its branch step (the trainer would refuse it at its
+    start, exit 2); with ``cooldown`` its schedule is WSD (else the cooldown would be no decay)."""
+    from rundir.files import checkpoint_step
+
+    step = checkpoint_step(Path(point[INIT_FROM_KEY]).name)
+    if step is not None and flat[STEPS_KEY] <= step:
+        raise LaunchError(
+            f"{where}: grid point {_describe(point)}: {STEPS_KEY}={flat[STEPS_KEY]} is not past the branch step {step}: "
+            f"a branch trains on from there (give '{COOLDOWN}' in the {RUNS_OF} entry: {STEPS_KEY} = step + {COOLDOWN})"
+        )
+    if cooldown and flat["scheduler.decay_style"] != "wsd":
+        raise LaunchError(
+            f"{where}: grid point {_describe(point)}: '{COOLDOWN}' sets {WSD_DECAY_STEPS_KEY}, the decay of "
+            f"scheduler.decay_style=wsd, but this point's is {flat['scheduler.decay_style']!r}: fix "
+            "scheduler.decay_style: wsd in the overrides"
+        )
+
+
 def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None) -> SweepPlan:
     """Check ``spec`` and expand its grid (cartesian product, in spec order) into runs."""
     spec_path = Path(spec_path).resolve()
@@ -276,22 +331,31 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         raise LaunchError(f"{where}: base_config {spec.base_config!r} not found (looked for {base})")
     raw_fixed = flatten(dict(spec.overrides))
     raw_axes: list[tuple[str, tuple[str, ...], list[tuple[Any, ...]]]] = []  # entry, its keys, raw rows
+    branches: Optional[str] = None  # the runs_of entry
+    cooldown = False  # it sets COOLDOWN_KEYS
     for key, raw in spec.grid.items():
         keys = tuple(k.strip() for k in key.split(LINKED_KEY_SEPARATOR))
         if keys == (INIT_FROM_KEY,) and isinstance(raw, Mapping) and RUNS_OF in raw:
             keys, raw_rows = runs_of_rows(raw, f"{where}: grid entry '{key}'")
+            branches, cooldown = key, COOLDOWN in raw
         elif len(keys) > 1:
             raw_rows = linked_rows(keys, raw, where)
         else:
             raw_rows = [(v,) for v in grid_values(key, raw, where)]
         raw_axes.append((key, keys, raw_rows))
+    if cooldown:  # its keys are the cooldown's, set nowhere else (and no allow_grid_keys needed)
+        elsewhere = [k for k in COOLDOWN_KEYS
+                     if k in raw_fixed or any(k in keys for e, keys, _ in raw_axes if e != branches)]  # fmt: skip
+        if elsewhere:
+            raise LaunchError(f"{where}: grid entry '{branches}': {COOLDOWN} sets {elsewhere} ({STEPS_KEY} = step + "
+                              f"{COOLDOWN}, {WSD_DECAY_STEPS_KEY} = {COOLDOWN}); set them in one place")  # fmt: skip
     member_keys: dict[str, None] = {}
     for _entry, keys, _ in raw_axes:
         for k in keys:
             if k in member_keys:
                 raise LaunchError(f"{where}: grid key '{k}' appears in two grid entries; keep one")
             member_keys[k] = None
-    _check_keys(where, raw_fixed, member_keys, spec.allow_grid_keys)
+    _check_keys(where, raw_fixed, member_keys, [*spec.allow_grid_keys, *(COOLDOWN_KEYS if cooldown else ())])
 
     # A key can need another's value: checkpoint.init_mode=continue needs checkpoint.init_from,
     # scheduler.decay_style=wsd its scheduler.wsd_decay_steps. Where the fixed overrides (or one
@@ -351,6 +415,8 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
                 f"{where}: grid point {_describe(point)}: with executor.gpus_per_run={spec.executor.gpus_per_run}: {exc}"
             ) from None
         flat = flat_config(cfg)
+        if branches is not None:
+            _check_branch_point(where, point, flat, cooldown)
         resolved = {
             **canonical_values(flat),
             **{key: flat[key] for key in grid if key not in CANONICAL_KEYS},

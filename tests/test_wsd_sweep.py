@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from eval.__main__ import main as eval_main
+from eval.curves import build_curves
 from eval.results import read_results
 from launch import attempts
 from launch.__main__ import main
@@ -158,18 +160,117 @@ def test_results_csv_names_each_branch_source_and_eval_reads_it_as_a_record(sour
     assert not {"branch_of.run_id", "branch_of.run_dir"} & set(sweep_results.extra_keys)
 
 
+def cooldown_spec(tmp_path: Path, source: Path, branch: dict, **spec) -> Path:
+    overrides = {"parametrization.base_num_layers": 2, "checkpoint.init_mode": "continue",
+                 "scheduler.decay_style": "wsd", **spec.pop("overrides", {})}  # fmt: skip
+    return write_spec(
+        tmp_path / "cooldown.yaml",
+        overrides=overrides,
+        grid={"checkpoint.init_from": {"runs_of": str(source), **branch}, **spec.pop("grid", {})},
+        **spec,
+    )
+
+
+def test_one_runs_of_entry_branches_from_several_steps_each_with_its_cooldowns(source, tmp_path):
+    """step: [6, 18], cooldown: [2, 6]: 4 sources x 2 steps x 2 cooldowns = 16 branches, each from
+    its step's checkpoint with training.steps = step + cooldown and scheduler.wsd_decay_steps =
+    cooldown (no allow_grid_keys needed: cooldown says it); IDs distinct and stable; results.csv
+    has branch_of.step, training.steps and scheduler.wsd_decay_steps, and eval makes one family
+    per (branch step, cooldown): 4, each a loss-vs-LR curve per depth."""
+    src = read_plan(source)
+    folders = {
+        (rid, step): plant_checkpoint(source, rid, step) for rid in (r.run_id for r in src.runs) for step in (6, 18)
+    }
+    spec = cooldown_spec(tmp_path, source, {"step": [6, 18], "cooldown": [2, 6]})
+    plan = expand(spec, load_spec(spec))
+    assert len(plan.runs) == 4 * 2 * 2 == len({r.run_id for r in plan.runs})
+    by_source = {r.run_id: r.point for r in src.runs}
+    seen = set()
+    for run in plan.runs:
+        (rid, step), _ = next(kv for kv in folders.items() if str(kv[1]) == run.point["checkpoint.init_from"])
+        cooldown = run.point["scheduler.wsd_decay_steps"]
+        assert run.point["training.steps"] == step + cooldown and run.resolved["training.steps"] == step + cooldown
+        assert (run.point["model.num_layers"], run.point["optimizer.lr"]) == (
+            by_source[rid]["model.num_layers"],
+            by_source[rid]["optimizer.lr"],
+        )
+        assert f"-from{step}-" in run.run_id and f"-steps{step + cooldown}-" in run.run_id
+        seen.add((rid, step, cooldown))
+    assert len(seen) == 16
+    assert plan.grid["training.steps"] == [8, 12, 20, 24] and plan.grid["scheduler.wsd_decay_steps"] == [2, 6]
+    assert [r.run_id for r in expand(spec, load_spec(spec)).runs] == [r.run_id for r in plan.runs]
+
+    sweep = tmp_path / "cooldown"
+    sweep.mkdir()
+    write_plan(sweep, plan)
+    table = results_table(sweep, plan, {r.run_id: run_state(sweep / "runs" / r.run_id, 1) for r in plan.runs})
+    header = table[0]
+    assert {"branch_of.step", "training.steps", "scheduler.wsd_decay_steps"} <= set(header)
+    csv_path = tmp_path / "results.csv"
+    done = [[*row[:-4], "completed", *row[-3:-1], "3.5"] for row in table[1:]]  # as if every branch had ended
+    csv_path.write_text("\n".join(",".join(r) for r in [header, *done]) + "\n")
+    curves = build_curves(read_results(csv_path), [1.0])
+    families = {(f.value("branch_of.step"), f.value("training.steps"), f.value("scheduler.wsd_decay_steps"))
+                for f in curves.families}  # fmt: skip
+    assert families == {("6", "8", "2"), ("6", "12", "6"), ("18", "20", "2"), ("18", "24", "6")}
+    for (family, _), per_depth in curves.curves.items():
+        assert [(c.depth, len(c.log2_lr)) for c in per_depth] == [(2, 2), (4, 2)], family.label
+
+
+def test_several_steps_refuse_a_missing_checkpoint_a_steps_value_not_past_it_and_cooldown_without_wsd(source, tmp_path):
+    ids = [r.run_id for r in read_plan(source).runs]
+    for rid in ids:
+        plant_checkpoint(source, rid, 6)
+    for rid in ids[:3]:
+        plant_checkpoint(source, rid, 18)
+    spec = cooldown_spec(tmp_path, source, {"step": [6, 18], "cooldown": 2})
+    with pytest.raises(LaunchError, match=rf"1 run\(s\) of {source} have no checkpoint at step 18:\n  {ids[3]}: has"):
+        expand(spec, load_spec(spec))
+    plant_checkpoint(source, ids[3], 18)
+    assert len(expand(spec, load_spec(spec)).runs) == 8
+    # no cooldown: training.steps from another entry, which must pass every branch step
+    spec = cooldown_spec(tmp_path, source, {"step": [6, 18]}, grid={"training.steps": [14]},
+                         allow_grid_keys=["training.steps"], overrides={"scheduler.wsd_decay_steps": 4})  # fmt: skip
+    with pytest.raises(LaunchError, match=r"training.steps=14 is not past the branch step 18: a branch trains on"):
+        expand(spec, load_spec(spec))
+    spec = cooldown_spec(tmp_path, source, {"step": [6, 18]}, grid={"training.steps": [24]},
+                         allow_grid_keys=["training.steps"], overrides={"scheduler.wsd_decay_steps": 4})  # fmt: skip
+    assert {r.point["training.steps"] for r in expand(spec, load_spec(spec)).runs} == {24}
+    spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": [2]}, overrides={"scheduler.decay_style": "cosine"})
+    with pytest.raises(LaunchError, match=r"'cooldown' sets scheduler.wsd_decay_steps, .* this point's is 'cosine'"):
+        expand(spec, load_spec(spec))
+    spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": [2]}, overrides={"training.steps": 8})
+    with pytest.raises(LaunchError, match=r"cooldown sets \['training.steps'\] \(training.steps = step \+ cooldown"):
+        expand(spec, load_spec(spec))
+    spec = cooldown_spec(tmp_path, source, {"step": [6, 6]})
+    with pytest.raises(LaunchError, match=r"step: lists a value twice: \[6, 6\]"):
+        expand(spec, load_spec(spec))
+    spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": 0})
+    with pytest.raises(LaunchError, match=r"cooldown: must be a positive integer or a list of them"):
+        expand(spec, load_spec(spec))
+
+
 @needs_train_gpt
-def test_the_example_wsd_sweeps_run_end_to_end(tmp_path, monkeypatch):
-    """configs/sweeps/wsd/stable.yaml, then cooldown.yaml (one floor LR, to keep it short) from the
-    directory holding sweeps/wsd_stable: every branch completes from its source's step-12
-    checkpoint with its source's depth and LR; results.csv names the source; a rerun of the sweep
-    starts nothing (no new attempt) and writes the same results.csv."""
+def test_the_example_wsd_sweeps_run_end_to_end(tmp_path, monkeypatch, capsys):
+    """configs/sweeps/wsd/stable.yaml, then cooldown.yaml (one floor LR and one 2-step cooldown, to
+    keep it short) from the directory holding sweeps/wsd_stable: every branch completes from its
+    source's step-6 or step-18 checkpoint with its source's depth and LR and trains to step + 2;
+    results.csv names the source; a rerun of the sweep starts nothing (no new attempt) and writes
+    the same results.csv; eval transfer finds one family per branch step, and read with the
+    stable sweep one more (the stable runs' own ends)."""
     monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
     monkeypatch.chdir(tmp_path)
     specs = tmp_path / "configs" / "sweeps" / "wsd"
     specs.mkdir(parents=True)
-    for name in ("stable.yaml", "cooldown.yaml"):
-        shutil.copy(WSD / name, specs / name)
+    shutil.copy(WSD / "stable.yaml", specs / "stable.yaml")
+    cooldown_yaml = yaml.safe_load((WSD / "cooldown.yaml").read_text())
+    assert cooldown_yaml["grid"]["checkpoint.init_from"] == {
+        "runs_of": "sweeps/wsd_stable",
+        "step": [6, 18],
+        "cooldown": [2, 6],
+    }
+    cooldown_yaml["grid"]["checkpoint.init_from"]["cooldown"] = [2]
+    (specs / "cooldown.yaml").write_text(yaml.safe_dump(cooldown_yaml, sort_keys=False))
     shutil.copy(TINY_BASE, tmp_path / "configs" / "tiny_cpu.yaml")
     assert main(["sweep", str(specs / "stable.yaml"), "--no-progress"]) == 0
     cooldown = [str(specs / "cooldown.yaml"), "grid.optimizer.min_lr_ratio=[0.0]", "--no-progress"]
@@ -185,17 +286,36 @@ def test_the_example_wsd_sweeps_run_end_to_end(tmp_path, monkeypatch):
             src["model.num_layers"],
             src["optimizer.lr"],
         )
-        assert row["branch_of.step"] == str(STEP) and row["status"] == "completed"
-        assert int(row["step"]) == int(row["training.steps"]) and row["val_loss"]
+        step = int(row["branch_of.step"])
+        assert row["status"] == "completed" and row["val_loss"]
+        assert int(row["step"]) == int(row["training.steps"]) == step + 2 and row["scheduler.wsd_decay_steps"] == "2"
         summary = json.loads(
             (tmp_path / "sweeps" / "wsd_cooldown" / "runs" / row["run_id"] / "summary.json").read_text()
         )
-        assert summary["branch_of"]["step"] == STEP
+        assert summary["branch_of"]["step"] == step
         assert summary["branch_of"]["run_dir"] == str(
             tmp_path / "sweeps" / "wsd_stable" / "runs" / row["branch_of.run_id"]
         )
+    assert sorted(int(row["branch_of.step"]) for row in rows) == [6] * 4 + [18] * 4
     before = (tmp_path / "sweeps" / "wsd_cooldown" / "results.csv").read_text()
     assert main(["sweep", *cooldown]) == 0
     assert (tmp_path / "sweeps" / "wsd_cooldown" / "results.csv").read_text() == before
     for run in branches.runs:
         assert len(attempts.read(tmp_path / "sweeps" / "wsd_cooldown" / "runs" / run.run_id).attempts) == 1
+
+    capsys.readouterr()
+    report = ["--out", "report", "--no-figures", "--bootstrap", "0"]
+    assert eval_main(["transfer", "sweeps/wsd_cooldown", *report]) == 0
+
+    def families() -> list[tuple[str, str]]:
+        record = json.loads((tmp_path / "report" / "transfer.json").read_text())
+        return [(f["keys"]["branch_of.step"], f["keys"]["training.steps"]) for f in record["families"]]
+
+    assert families() == [("18", "20"), ("6", "8")]  # one per branch step (and length): the keys as text
+    assert eval_main(["transfer", "sweeps/wsd_stable", "sweeps/wsd_cooldown", *report]) == 0
+    assert families() == [("", ""), ("18", "20"), ("6", "8")]  # the stable runs: no such columns
+    record = json.loads((tmp_path / "report" / "transfer.json").read_text())
+    assert record["sources"] == [
+        {"file": "sweeps/wsd_stable/results.csv", "runs": 4},
+        {"file": "sweeps/wsd_cooldown/results.csv", "runs": 8},
+    ]
