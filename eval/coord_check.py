@@ -329,7 +329,7 @@ def expected_for(cfg: RunConfig, expect: str | None = None) -> dict[str, dict[st
         if preset.alpha is None or preset.gamma is None:
             raise ValueError(f"--expect: {expect!r} has no alpha and gamma of its own; name a preset that has")
         alpha, gamma, width, name = preset.alpha, preset.gamma, preset.width, preset.name
-    return expectations(alpha, gamma, width, OPTIMIZER_FAMILIES[cfg.optimizer.name], name)
+    return expectations(alpha, gamma, width, OPTIMIZER_FAMILIES[cfg.optimizer.name], name, cfg.model.block)
 
 
 def run_check(
@@ -394,6 +394,7 @@ def table_lines(results: dict[str, Any]) -> list[str]:
                 f"slopes of log2 RMS vs log2 {axis} ({axis}s {' '.join(map(str, points))}) at {fixed_name} {fixed}, "
                 f"after {results['steps']} steps; expected: {expected['rule']}"
                 + (f" - not judged: {expected['why']}" if expected["cells"] is None else f", tolerance {tolerance}")
+                + (f"; {expected['why']}" if expected["cells"] is not None and expected["why"] else "")
             )
             lines.append(f"  {'quantity':<20}{'slope':>7}  {'expected':<14}{'':<8}meaning")
             for name, s in measured.items():
@@ -499,6 +500,9 @@ def run(args: argparse.Namespace) -> ExitCode:
         summary = f"{len(failures)} slope(s) break what {' and '.join(judged)} predicts (tolerance {args.max_slope})"
     else:
         summary = f"every slope is what {' and '.join(judged)} predicts (tolerance {args.max_slope})"
+    measured = [results["expected"][a] for a, k in (("depth", "slopes"), ("width", "width_slopes")) if results[k]]
+    if any(e["cells"] is not None and e["why"] for e in measured):
+        summary += "; rows marked 'not judged' are printed only (the table's header says why)"
     return _verdict(results, args.out, draw, not failures, summary + _stability(results))
 
 

@@ -2,8 +2,9 @@
 
 Every quantity (:data:`QUANTITIES`) is one RMS taken from the coord-check records: at
 initialization or after K steps, of the last layer or over every layer. Its slope of log2 RMS
-against log2 depth (at fixed width) is judged against :data:`DEPTH_EXPECTED`, a column per
-depth rule (alpha, gamma), and its slope against log2 width (at fixed depth) against
+against log2 depth (at fixed width) is judged against the column :data:`DEPTH_ROWS` give at
+the model's (alpha, gamma) (one rule: each row an exponent linear in alpha and gamma,
+:func:`depth_column`), and its slope against log2 width (at fixed depth) against
 :data:`WIDTH_EXPECTED`, a column per width rule. A cell is
 
 * a number e: the slope must be within ``tolerance`` of e;
@@ -54,7 +55,7 @@ QUANTITIES: dict[str, Quantity] = {
     "attn_logits_change": Quantity("attn_logits_delta_rms", -1, "all", "change of the attention logits"),
 }
 
-# Depth rules, the columns of DEPTH_EXPECTED: (alpha, gamma) -> the presets that have them.
+# The presets whose (alpha, gamma) a depth column is labelled with.
 DEPTH_RULES: dict[tuple[float, float], str] = {
     (0.0, 0.0): "sp/mup",
     (0.5, 0.5): "depth_mup",
@@ -62,23 +63,88 @@ DEPTH_RULES: dict[tuple[float, float], str] = {
     (1.0, 0.0): "ode",
 }
 
-# Expected slope of log2 RMS against log2 depth:    sp/mup      depth_mup     branch_only  ode
-DEPTH_EXPECTED: dict[str, tuple[Cell, Cell, Cell, Cell]] = {
-    "stream":             (0.0,        0.0,          0.0,         0.0),
-    "stream_final":       ((0.5, 1.0), 0.0,          0.5,         0.0),
-    "stream_change":      ((0.5, 1.0), 0.0,          0.5,         0.0),
-    "block":              (-0.5,       -0.5,         -0.5,        -1.0),
-    "block_change":       (0.0,        (-1.0, -0.5), -0.5,        -1.0),
-    "block_update":       (0.0,        -1.0,         -0.5,        -1.0),
-    "attn_out":           (-0.5,       0.0,          0.0,         0.0),
-    "attn_out_change":    (0.0,        (-0.5, 0.0),  0.0,         0.0),
-    "mlp_out":            (-0.5,       0.0,          0.0,         0.0),
-    "mlp_out_change":     (0.0,        (-0.5, 0.0),  0.0,         0.0),
-    "logits":             (0.0,        0.0,          0.0,         0.0),
-    "logits_change":      (0.0,        0.0,          0.0,         0.0),
-    "attn_logits":        (0.0,        0.0,          0.0,         0.0),
-    "attn_logits_change": (0.0,        (-0.5, 0.0),  0.0,         0.0),
-}  # fmt: skip
+
+@dataclasses.dataclass(frozen=True)
+class Exponent:
+    """A depth exponent ``const + a*alpha + g*gamma + z*[alpha = 0]`` (``z``: Megatron's
+    branch-output init ``1/sqrt(2L)``, which the presets keep only when alpha = 0)."""
+
+    const: float = 0.0
+    a: float = 0.0
+    g: float = 0.0
+    z: float = 0.0
+
+    def at(self, alpha: float, gamma: float) -> float:
+        return self.const + self.a * alpha + self.g * gamma + (self.z if alpha == 0 else 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthRow:
+    """A quantity's RMS as a sum of parts ``L^e``: ``first`` (a change's own weight update,
+    or the one part of a row at init) and ``others`` (the input's change carried through the
+    weights at init; the embedding's Theta(1) change). The slope over the measured depths lies
+    between ``first`` and the largest part, which dominates at large depth (a point when they
+    meet); which part dominates over the measured depths depends on the steps and the width.
+    ``fit_floor``: a growing part next to a Theta(1) one may fit as low as this over a finite
+    range of depths."""
+
+    first: Exponent
+    others: tuple[Exponent, ...] = ()
+    fit_floor: Optional[float] = None
+
+    def cell(self, alpha: float, gamma: float) -> Cell:
+        first = self.first.at(alpha, gamma)
+        hi = max([first, *(e.at(alpha, gamma) for e in self.others)])
+        lo = first if self.fit_floor is None else min(first, self.fit_floor)
+        lo, hi = round(lo, 9) + 0.0, round(hi, 9) + 0.0  # 1 - 0.7 - 0.3 is 0, and never -0.0
+        return hi if lo == hi else (lo, hi)
+
+
+_INIT = Exponent(z=-0.5)  # the branch-output init: 1/sqrt(2L) when alpha = 0, else 1/sqrt(2 L0)
+_MULT = Exponent(a=-1.0)  # the branch multiplier L^-alpha
+_UPDATE = Exponent(g=-1.0)  # Adam moves a block's weights L^-gamma per entry
+_SUM = Exponent(const=1.0, a=-1.0, g=-1.0)  # L aligned block updates L^-(alpha+gamma)
+_FLAT = Exponent()
+
+
+def _plus(*terms: Exponent) -> Exponent:
+    return Exponent(*(sum(getattr(t, f.name) for t in terms) for f in dataclasses.fields(Exponent)))
+
+
+# Expected slope of log2 RMS against log2 depth, for Adam and pre-LN blocks (docs/eval.md,
+# "What each row predicts", derives each row; tests/test_coord_check_alpha.py checks them
+# against the preset columns): the one rule, evaluated at any (alpha, gamma) depth_domain allows.
+_OUT_CHANGE = DepthRow(_UPDATE, (_INIT,))  # own update; the input's Theta(1) change through the init
+_STREAM_CHANGE = DepthRow(_SUM, (_FLAT,), fit_floor=0.5)  # the blocks' updates; the embedding's
+DEPTH_ROWS: dict[str, DepthRow] = {
+    "stream": DepthRow(_FLAT),
+    "stream_final": _STREAM_CHANGE,
+    "stream_change": _STREAM_CHANGE,
+    "block": DepthRow(_plus(_MULT, _INIT)),
+    "block_change": DepthRow(_plus(_MULT, _UPDATE), (_plus(_MULT, _INIT),)),
+    "block_update": DepthRow(_plus(_MULT, _UPDATE)),
+    "attn_out": DepthRow(_INIT),
+    "attn_out_change": _OUT_CHANGE,
+    "mlp_out": DepthRow(_INIT),
+    "mlp_out_change": _OUT_CHANGE,
+    "logits": DepthRow(_FLAT),
+    "logits_change": DepthRow(_FLAT),
+    "attn_logits": DepthRow(_FLAT),
+    "attn_logits_change": DepthRow(_UPDATE, (_FLAT,)),  # W_q, W_k move L^-gamma; their input Theta(1)
+}
+assert list(DEPTH_ROWS) == list(QUANTITIES)
+
+
+def depth_domain(alpha: float, gamma: float) -> str:
+    """Why the rows do not hold at (alpha, gamma) ("" where they do): they assume a stream
+    Theta(1) at init (alpha = 0 with the 1/sqrt(2L) output init, or alpha >= 1/2: L blocks of
+    variance L^-2alpha at most L^-1 each) and a block LR that does not grow with depth."""
+    if not (alpha == 0 or 0.5 <= alpha <= 1.0):
+        return f"alpha={alpha:g}: the rows are derived for alpha = 0 or 1/2 <= alpha <= 1"
+    if not 0.0 <= gamma <= 1.0:
+        return f"gamma={gamma:g}: the rows are derived for 0 <= gamma <= 1"
+    return ""
+
 
 WIDTH_RULES = ("mup", "sp")
 
@@ -102,12 +168,11 @@ WIDTH_EXPECTED: dict[str, tuple[Cell, Cell]] = {
 
 
 def depth_column(alpha: float, gamma: float) -> dict[str, Cell] | None:
-    """The expected depth slopes of a depth rule (None: no column has this alpha and gamma)."""
-    names = list(DEPTH_RULES)
-    if (alpha, gamma) not in DEPTH_RULES:
+    """The expected depth slopes at (alpha, gamma) (None outside the rows' domain,
+    :func:`depth_domain`)."""
+    if depth_domain(alpha, gamma):
         return None
-    i = names.index((alpha, gamma))
-    return {row: cells[i] for row, cells in DEPTH_EXPECTED.items()}
+    return {name: row.cell(alpha, gamma) for name, row in DEPTH_ROWS.items()}
 
 
 def width_column(width: str) -> dict[str, Cell] | None:
@@ -170,18 +235,36 @@ def breaks(measured: float, cell: Cell, tolerance: float) -> bool:
     return (lo is not None and measured < lo - tolerance) or (hi is not None and measured > hi + tolerance)
 
 
-def expectations(alpha: float, gamma: float, width: str, family: str, name: str) -> dict[str, dict[str, Any]]:
+# Rows a block type leaves not judged on the depth axis, and why (docs/eval.md, "Block linear1").
+BLOCK_NOT_JUDGED: dict[str, tuple[tuple[str, ...], str]] = {
+    "linear1": (
+        ("stream", "stream_final", "stream_change"),
+        "model.block=linear1: stream rows not judged (its one output-init matrix reads the LayerNorm's unit "
+        "output, so at the base depth the L blocks outweigh the embedding in the stream and their independent "
+        "sum scales like L^(1/2-alpha), falling with depth for alpha > 1/2)",
+    ),
+}
+
+
+def expectations(
+    alpha: float, gamma: float, width: str, family: str, name: str, block: str = "standard"
+) -> dict[str, dict[str, Any]]:
     """The columns a model is judged against, per axis: ``{"rule": label, "cells": column or
-    None, "why": why it has no column}``. ``name`` labels the parametrization (a preset).
-    The sp/mup depth column and the sp width column are Adam's: under SGD the gradient of a
-    block's input matrices carries the ``1/sqrt(2L)`` (resp. ``sigma sqrt(n)``) of the output
-    init, which Adam's normalization removes and SGD keeps (the depth presets with alpha > 0
-    scale the SGD LR so that their updates match Adam's: their columns hold for both)."""
+    None, "why": why it has no column, or why some of its rows are not judged}``. ``name``
+    labels the parametrization (a preset). The alpha = 0 depth column and the sp width column
+    are Adam's: under SGD the gradient of a block's input matrices carries the ``1/sqrt(2L)``
+    (resp. ``sigma sqrt(n)``) of the output init, which Adam's normalization removes and SGD
+    keeps (with alpha > 0 the rules engine scales the SGD LR so that the updates match Adam's:
+    those columns hold for both). ``block``: the rows :data:`BLOCK_NOT_JUDGED` names are left
+    out of the depth column."""
     depth = depth_column(alpha, gamma)
-    depth_rule = DEPTH_RULES.get((alpha, gamma), f"alpha={alpha:g}, gamma={gamma:g}")
-    why_depth = "" if depth is not None else f"no depth column for alpha={alpha:g}, gamma={gamma:g}"
+    why_depth = depth_domain(alpha, gamma)
     if depth is not None and family != "adam" and alpha == 0.0:
-        depth, why_depth = None, f"the {depth_rule} depth column is derived for Adam, not {family}"
+        label = DEPTH_RULES.get((alpha, gamma), f"alpha={alpha:g}, gamma={gamma:g}")
+        depth, why_depth = None, f"the {label} depth column is derived for Adam, not {family}"
+    if depth is not None and block in BLOCK_NOT_JUDGED:
+        rows, why_depth = BLOCK_NOT_JUDGED[block]
+        depth = {row: None if row in rows else cell for row, cell in depth.items()}
     cells = width_column(width)
     why_width = "" if cells is not None else f"no width column for width rule {width} (its check: --yaida-s)"
     if cells is not None and family != "adam" and width == "sp":
