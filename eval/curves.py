@@ -10,6 +10,7 @@ are left out and counted.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,14 +124,64 @@ def _format_value(value: object) -> str:
     return str(value)
 
 
+_CHUNKS = re.compile(r"(\d+)")
+
+
+def natural_key(value: object) -> tuple:
+    """Sort key of one family-column value: empty (a table without the column) first, then
+    numbers as numbers (``6`` before ``18``, ``1e-4`` before ``0.01``), then text with its digit
+    runs compared as numbers (``linear1`` before ``linear12``)."""
+    text = str(value).strip()
+    if text == "":
+        return (0,)
+    try:
+        number = float(text)
+    except ValueError:
+        return (2, tuple((0, int(c), "") if c.isdigit() else (1, 0, c) for c in _CHUNKS.split(text) if c))
+    return (1, number) if math.isfinite(number) else (2, ((1, 0, text),))
+
+
+def family_order(values: tuple) -> tuple:
+    """Sort key of a family's column values (:func:`natural_key` per column, in column order)."""
+    return tuple(natural_key(v) for v in values)
+
+
+def shown_columns(runs: pd.DataFrame, columns: list[str]) -> tuple[str, ...]:
+    """The columns a family's label names: those that tell the families apart.
+
+    A column with two or more non-empty values is shown. A column with one non-empty value that
+    some runs lack (a cooldown sweep's fixed ``optimizer.min_lr_ratio=0.0`` beside a stable sweep
+    that has no such column) says only which table a family came from: it is shown only where the
+    other shown columns leave two families with the same label (then, in column order, until none
+    do), so ``depth_mup`` and ``depth_mup (optimizer.min_lr_ratio=0.0)`` still differ."""
+    varying, presence = [], []
+    for c in columns:
+        values = set(runs[c].astype(str).str.strip())
+        named = values - {""}
+        if len(named) > 1:
+            varying.append(c)
+        elif named and len(values) > 1:
+            presence.append(c)
+    combos = runs[columns].astype(str).drop_duplicates()  # one row per family
+
+    def same_labels(shown: list[str]) -> bool:
+        return bool(combos.duplicated(subset=shown).any()) if shown else len(combos) > 1
+
+    for c in presence:
+        if not same_labels(varying):
+            break
+        varying.append(c)
+    return tuple(c for c in columns if c in varying)
+
+
 def build_families(runs: pd.DataFrame, columns: list[str]) -> dict[tuple, Family]:
     """Map each distinct tuple of family-column values to a :class:`Family`."""
-    varying = tuple(c for c in columns if runs[c].nunique(dropna=False) > 1)
+    shown = shown_columns(runs, columns)
     out: dict[tuple, Family] = {}
     for values, _ in runs.groupby(columns, sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
         keys = tuple((c, _format_value(v)) for c, v in zip(columns, values))
-        out[values] = Family(preset=str(values[0]), keys=keys, shown=varying)
+        out[values] = Family(preset=str(values[0]), keys=keys, shown=shown)
     return out
 
 
@@ -164,7 +215,7 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
                 for depth, depth_runs in fam_runs.groupby("depth", sort=True)
             ]
     # Families whose runs are all pending still get an (empty) entry so they are reported.
-    ordered = [families[k] for k in sorted(families, key=lambda k: tuple(map(str, k)))]
+    ordered = [families[k] for k in sorted(families, key=family_order)]
     for family in ordered:
         base_depths.setdefault(family, [])
         for fraction in fractions:

@@ -192,3 +192,72 @@ def test_divergence_reasons_are_read_beside_the_table_a_run_is_in(tmp_path):
     analysis = analyze(read_results([a, b]), n_boot=0)
     assert analysis.divergence_reasons == {diverged: "loss 12.3 above the bound"}
     assert math.isclose(analysis.results[0].slope.slope, -0.5, abs_tol=0.05)
+
+
+COOL_HEADER = [*HEADER[:8], "optimizer.min_lr_ratio", "branch_of.step", "training.steps", *HEADER[8:]]
+
+
+def cooldown_rows(slope: float, step: int, cooldown: int, floor: str | None = "0.0") -> list[dict]:
+    """Planted cooldown branches from ``step``: a family with the planted ``slope`` (one fraction)."""
+    rows = make_rows(slopes={"sp": slope}, depths=(2, 4, 8), seeds=(0, 1), fractions=(1.0,), rng_seed=step)
+    for row in rows:
+        row.update({"run_id": f"{row['run_id']}-from{step}-c{cooldown}-floor{floor}", "branch_of.step": step})
+        row.update({"training.steps": step + cooldown, "optimizer.min_lr_ratio": floor})
+    return rows
+
+
+def test_families_are_ordered_by_their_values_with_numbers_as_numbers(tmp_path):
+    """Branch steps 6, 12 and 18 sort as text as "12", "18", "6": the families came out in that
+    order in transfer.json, the report's tables and the figure. Now by value: the stable sweep
+    (no branch step) first, then 6, 12, 18 (planted slopes 0.5, 0.25, 0 tell them apart)."""
+    planted = {6: 0.5, 12: 0.25, 18: 0.0}
+    sweeps = [write_sweep(tmp_path / f"cool{s}", cooldown_rows(v, s, 2), COOL_HEADER) for s, v in planted.items()]
+    stable = write_sweep(tmp_path / "stable", make_rows(slopes={"sp": 0.1}, depths=(2, 4, 8), fractions=(1.0,)))
+    out = tmp_path / "out"
+    assert main(["transfer", str(stable), *map(str, reversed(sweeps)), "--out", str(out), "--bootstrap", "0"]) == 0
+    labels = ["sp", *(f"sp (branch_of.step={s}, training.steps={s + 2})" for s in (6, 12, 18))]
+    record = json.loads((out / "transfer.json").read_text())
+    assert [f["label"] for f in record["families"]] == labels
+    assert [r["family"] for r in record["results"]] == labels
+    assert [r["slope"]["value"] for r in record["results"]] == pytest.approx([-0.1, -0.5, -0.25, 0.0], abs=0.03)
+    report = (out / "report.md").read_text()
+    headline = report[: report.index("## ", report.index("| family"))]
+    assert [headline.index(f"| {lab} |") for lab in labels] == sorted(headline.index(f"| {lab} |") for lab in labels)
+
+
+def test_natural_key_compares_numbers_as_numbers_and_puts_a_missing_value_first():
+    from eval.curves import natural_key
+
+    values = ["18", "", "6", "1e-4", "0.01", "linear12", "linear2", "standard", "nan"]
+    assert sorted(values, key=natural_key) == ["", "1e-4", "0.01", "6", "18", "linear2", "linear12", "nan", "standard"]
+
+
+def test_a_column_one_table_lacks_and_the_others_fix_is_named_only_where_it_tells_families_apart(tmp_path):
+    """Cooldowns that all set ``optimizer.min_lr_ratio=0.0`` beside a stable sweep without that
+    column: the value is the same in every family that has it, so no label names it (it named it
+    in all four cooldown families before); the branch step still tells them apart. Where it is
+    all that tells two families apart (a cooldown with the stable sweep's other columns), it stays."""
+    cool = [write_sweep(tmp_path / f"cool{s}", cooldown_rows(0.0, s, 2), COOL_HEADER) for s in (6, 18)]
+    stable = write_sweep(tmp_path / "stable", make_rows(slopes={"sp": 0.25}, depths=(2, 4, 8), fractions=(1.0,)))
+    analysis = analyze(read_results([stable, *cool]), n_boot=0)
+    assert [f.label for f in analysis.families] == [
+        "sp", "sp (branch_of.step=6, training.steps=8)", "sp (branch_of.step=18, training.steps=20)",
+    ]  # fmt: skip
+    assert analysis.families[1].key_dict()["optimizer.min_lr_ratio"] == "0.0"  # kept in the keys and transfer.json
+    # two floors: the column tells the cooldowns apart, and is named in each of them
+    cool01 = write_sweep(tmp_path / "cool6b", cooldown_rows(0.0, 6, 2, "0.1"), COOL_HEADER)
+    analysis = analyze(read_results([stable, cool[0], cool01]), n_boot=0)
+    assert [f.label for f in analysis.families] == [
+        "sp",
+        "sp (optimizer.min_lr_ratio=0.0)",
+        "sp (optimizer.min_lr_ratio=0.1)",
+    ]
+    # the column alone tells a table apart: named, or the two families would read the same
+    only = [*HEADER[:8], "optimizer.min_lr_ratio", *HEADER[8:]]
+    rows = [{**r, "branch_of.step": "", "training.steps": ""} for r in cooldown_rows(0.5, 6, 2)]
+    floor = write_sweep(tmp_path / "floor", rows, only)
+    analysis = analyze(read_results([stable, floor]), n_boot=0)
+    assert {f.label: r.slope.slope for f, r in zip(analysis.families, analysis.results)} == {
+        "sp": pytest.approx(-0.25, abs=0.03),
+        "sp (optimizer.min_lr_ratio=0.0)": pytest.approx(-0.5, abs=0.03),
+    }
