@@ -59,9 +59,46 @@ def depth_colors(depths: list[int]) -> dict[int, tuple]:
     return {d: cmap(0.85 * i / (len(depths) - 1)) for i, d in enumerate(depths)}
 
 
+FAMILY_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7 shapes beside 10 colours: 70 families before a repeat
+
+
 def family_colors(families: list[Family]) -> dict[Family, tuple]:
     cmap = colormaps[FAMILY_CMAP]
     return {f: cmap(i % cmap.N) for i, f in enumerate(families)}
+
+
+def family_markers(families: list[Family]) -> dict[Family, str]:
+    """A marker shape per family beside its colour, so families past the tenth (and lines that
+    lie on each other: equal optima) stay apart."""
+    return {f: FAMILY_MARKERS[i % len(FAMILY_MARKERS)] for i, f in enumerate(families)}
+
+
+LEGEND_FONT_PT = 8.33  # matplotlib's "small" at the default 10 pt
+
+
+def text_width_pt(text: str, size: float = LEGEND_FONT_PT) -> float:
+    """Width in points of the widest line of ``text`` as matplotlib renders it (Agg, default font)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    renderer = RendererAgg(1, 1, 72)
+    prop = FontProperties(size=size)
+    return max(renderer.get_text_width_height_descent(line, prop, ismath=False)[0] for line in text.split("\n"))
+
+
+def wrap_to_width(text: str, width_pt: float, size: float = LEGEND_FONT_PT, indent: str = "") -> str:
+    """``text`` broken after its commas, then its spaces, into lines no wider than ``width_pt``
+    (a single word wider than that keeps its own line); continuation lines start with ``indent``."""
+    parts = re.findall(r"[^ ,]*,? ?|.+", text)
+    lines, line = [], ""
+    for part in (p for p in parts if p):
+        if line.strip() and text_width_pt((line + part).rstrip(), size) > width_pt:
+            lines.append(line.rstrip())
+            line = indent + part
+        else:
+            line += part
+    lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def depth_label(d: DepthResult) -> str:
@@ -91,21 +128,36 @@ def _basin_ylim(results: list[FractionResult]) -> tuple[float, float] | None:
     return lo - 0.08 * span, hi + 0.12 * span
 
 
+LOSS_PANEL = (4.6, 3.5)  # inches per panel of the loss figure
+LOSS_PANELS_PER_ROW = 4  # families side by side while their panels fit in this many columns
+
+
 def plot_loss_vs_lr(analysis: TransferAnalysis) -> Figure:
-    """Fig. 10 style: loss vs log2 LR, one curve per depth; rows = families, columns = eval fractions."""
+    """Fig. 10 style: loss vs log2 LR, one curve per depth; one panel per family and eval fraction.
+
+    Each family's fractions sit side by side, and families side by side while their panels fit
+    in :data:`LOSS_PANELS_PER_ROW` columns, in rows of equal length (9 families at one fraction:
+    3 x 3; 12 at two: 6 rows of 2 families); one legend of depths and markers, shared by every
+    panel, stands right of the top row."""
     families, fractions = analysis.families, analysis.fractions
-    nrows, ncols = max(1, len(families)), max(1, len(fractions))
-    fig = Figure(figsize=(4.6 * ncols + 1.4, 3.5 * nrows), layout="constrained")
+    per_family = max(1, len(fractions))
+    most = max(1, LOSS_PANELS_PER_ROW // per_family)
+    nrows = max(1, -(-len(families) // most))
+    per_row = max(1, -(-len(families) // nrows))
+    ncols = per_row * per_family
+    fig = Figure(figsize=(LOSS_PANEL[0] * ncols + 1.9, LOSS_PANEL[1] * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     colors = depth_colors([d.depth for r in analysis.results for d in r.depths] or [1])
     for i, family in enumerate(families):
         row = [analysis.result(family, f) for f in fractions]
         ylim = _basin_ylim(row)
         for j, result in enumerate(row):
-            ax = axes[i][j]
-            _loss_panel(ax, result, colors, ylim)
-        _row_legend(axes[i][-1], row, colors)
-    if not families:
+            _loss_panel(axes[i // per_row][(i % per_row) * per_family + j], result, colors, ylim)
+    for k in range(len(families) * per_family, nrows * ncols):  # the last row's empty places
+        fig.delaxes(axes[k // ncols][k % ncols])
+    if families:
+        _depth_legend(fig, analysis, colors)
+    else:
         axes[0][0].text(0.5, 0.5, "no runs to analyse", ha="center", va="center", transform=axes[0][0].transAxes)
         axes[0][0].set_axis_off()
     fig.suptitle("Loss vs learning rate across depth (seed mean; band = ±1 seed std)", fontsize="medium")
@@ -176,9 +228,9 @@ def _loss_panel(ax: Axes, result: FractionResult, colors: dict[int, tuple], ylim
         )
 
 
-def _row_legend(ax: Axes, row: list[FractionResult], colors: dict[int, tuple]) -> None:
+def _depth_legend(fig: Figure, analysis: TransferAnalysis, colors: dict[int, tuple]) -> None:
     depths: dict[int, str] = {}
-    for r in row:
+    for r in analysis.results:
         for d in r.depths:
             depths.setdefault(d.depth, depth_label(d))
     handles: list[Line2D] = [
@@ -190,23 +242,30 @@ def _row_legend(ax: Axes, row: list[FractionResult], colors: dict[int, tuple]) -
         Line2D([], [], marker="D", ms=6, mfc="white", mec="black", ls="none", label="optimum at edge (bound)"),
         Line2D([], [], marker="x", ms=7, mew=1.8, color="grey", ls="none", label="diverged (not fitted)"),
     ]
-    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small", frameon=False)
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
+
+
+PANEL_WIDTH = 5.2  # inches per fraction panel of the optimum figure
+PANEL_HEIGHT = 4.4  # its height without the legend
+LEGEND_COLUMN_PT = 300  # at least this wide per legend column (points)
 
 
 def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
-    """Optimal log2 LR against depth (log2 axis), one line per family with its fitted slope and CI; one panel per fraction."""
+    """Optimal log2 LR against depth (log2 axis), one line per family with its fitted slope and CI; one panel per
+    fraction; one legend for all panels under them, each family's label wrapped to the legend's column width and
+    its slope at every fraction, the figure as tall as the legend needs (any number of families)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fractions = analysis.fractions
     ncols = max(1, len(fractions))
-    # the legend goes under each panel, one entry per family (two lines when the label is long): the
-    # figure grows with it instead of the legend covering the data and running into the next panel
-    legend_lines = sum(1 + (len(f.label) > LEGEND_WRAP) for f in analysis.families)
-    fig = Figure(figsize=(5.2 * ncols, 4.4 + 0.2 * legend_lines), layout="constrained")
+    fig = Figure(figsize=(PANEL_WIDTH * ncols, PANEL_HEIGHT), layout="constrained")
+    FigureCanvasAgg(fig)
     axes = fig.subplots(1, ncols, squeeze=False)[0]
-    colors = family_colors(analysis.families)
+    colors, markers = family_colors(analysis.families), family_markers(analysis.families)
     all_depths = sorted({d.depth for r in analysis.results for d in r.depths})
     for ax, fraction in zip(axes, fractions):
         for family in analysis.families:
-            _optimum_series(ax, analysis.result(family, fraction), colors[family])
+            _optimum_series(ax, analysis.result(family, fraction), colors[family], markers[family])
         ax.set_xscale("log", base=2)
         if all_depths:
             ax.set_xticks(all_depths, [str(d) for d in all_depths])
@@ -215,36 +274,85 @@ def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
         ax.set_ylabel(r"optimal $\log_2$ learning rate")
         ax.set_title(f"Optimal LR vs depth — {fraction_label(fraction)}", fontsize="medium")
         ax.grid(True, alpha=0.3, linewidth=0.6)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-        else:
+        if not ax.get_legend_handles_labels()[0]:
             ax.text(0.5, 0.5, "no optimum found", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(
         "Does the optimal LR move with depth? (slope 0 = perfect transfer; bars = 95% seed-bootstrap CI)",
         fontsize="medium",
+        wrap=True,
     )
+    _family_legend(fig, analysis, colors, markers)
     return fig
 
 
-LEGEND_WRAP = 24  # a family label longer than this puts its slope on a second legend line
+def _family_legend(fig: Figure, analysis: TransferAnalysis, colors: dict, markers: dict) -> None:
+    """One legend under the panels: per family with an optimum, its line and marker, its label and its
+    slope per fraction; in as many columns as the figure's width holds, text wrapped to a column."""
+    shown = [f for f in analysis.families if any(analysis.result(f, x).depths for x in analysis.fractions)]
+    shown = [f for f in shown if any(d.optimum.found for x in analysis.fractions for d in analysis.result(f, x).depths)]
+    if not shown:
+        return
+    width_pt = fig.get_figwidth() * 72 - 12
+    ncol = max(1, min(len(shown), int(width_pt // LEGEND_COLUMN_PT)))
+    text_pt = width_pt / ncol - (2.0 + 0.8 + (2.0 if ncol > 1 else 0.0)) * LEGEND_FONT_PT  # handle, pad, spacing
+    texts = [_family_legend_text(analysis, f, text_pt) for f in shown]
+    handles = [Line2D([], [], color=colors[f], marker=markers[f], lw=1.5, ms=6) for f in shown]
+    legend = fig.legend(
+        handles, texts, loc="outside lower center", ncols=ncol, fontsize=LEGEND_FONT_PT, frameon=False,
+        labelspacing=0.6, alignment="left",
+    )  # fmt: skip
+    # the panels keep their height and the figure grows by the legend's (constrained layout would
+    # otherwise squeeze the axes to nothing: "constrained_layout not applied")
+    box = legend.get_window_extent(fig.canvas.get_renderer())
+    fig.set_size_inches(
+        max(fig.get_figwidth(), box.width / fig.dpi + 0.2), PANEL_HEIGHT + box.height / fig.dpi + 0.15, forward=False
+    )
+
+
+def _family_legend_text(analysis: TransferAnalysis, family: Family, width_pt: float) -> str:
+    """``label`` wrapped, then its slope: on the same line for one fraction, else one line per fraction."""
+    results = [analysis.result(family, x) for x in analysis.fractions]
+    if len(results) == 1:
+        return wrap_to_width(slope_legend(results[0]).replace(":\n", ": "), width_pt, indent="  ")
+    lines = [wrap_to_width(family.label, width_pt, indent="  ")]
+    lines += [
+        wrap_to_width(f"  {fraction_label(r.fraction)}: {_slope_text(r)}", width_pt, indent="    ") for r in results
+    ]
+    return "\n".join(lines)
+
+
+LEGEND_WRAP = 24  # a family label longer than this puts its slope on a second line of its line's label
+
+
+def _slope_text(result: FractionResult) -> str:
+    s = result.slope
+    if not s.available:
+        return "no slope"
+    return f"slope {s.slope:+.3f}" + (f" [95% CI {s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)")
 
 
 def slope_legend(result: FractionResult) -> str:
-    s = result.slope
     sep = ":\n" if len(result.family.label) > LEGEND_WRAP else ": "
-    if not s.available:
-        return f"{result.family.label}{sep}no slope"
-    text = f"{result.family.label}{sep}slope {s.slope:+.3f}"
-    return text + (f" [95% CI {s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)")
+    return f"{result.family.label}{sep}{_slope_text(result)}"
 
 
-def _optimum_series(ax: Axes, result: FractionResult, color: tuple) -> None:
+def _optimum_series(ax: Axes, result: FractionResult, color: tuple, marker: str = "o") -> None:
     found = [d for d in result.depths if d.optimum.found]
     if not found:
         return
     x = np.array([d.depth for d in found], dtype=float)
     y = np.array([d.optimum.log2_lr for d in found])
-    ax.plot(x, y, "o-", color=color, lw=1.5, ms=6, label=slope_legend(result), gid=f"optima:{result.family.label}")
+    ax.plot(
+        x,
+        y,
+        "-",
+        marker=marker,
+        color=color,
+        lw=1.5,
+        ms=6,
+        label=slope_legend(result),
+        gid=f"optima:{result.family.label}",
+    )
     cis = [d.opt_ci for d in found]
     if all(ci is not None for ci in cis):
         lo = np.array([y[k] - cis[k][0] for k in range(len(found))]).clip(min=0)
@@ -252,7 +360,7 @@ def _optimum_series(ax: Axes, result: FractionResult, color: tuple) -> None:
         ax.errorbar(x, y, yerr=[lo, hi], fmt="none", ecolor=color, elinewidth=1.0, capsize=3)
     edge = np.array([d.optimum.edge is not None for d in found])
     if edge.any():
-        ax.plot(x[edge], y[edge], "o", mfc="white", mec=color, ms=8, mew=1.5, label="_edge")
+        ax.plot(x[edge], y[edge], marker, mfc="white", mec=color, ms=8, mew=1.5, label="_edge")
     if result.slope.available:
         xx = np.array([x.min(), x.max()])
         ax.plot(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 HELP = "optimal LR per depth, its drift and slope across depth, and the transfer regret (TP-VI Fig. 10)"
 
 FIGURE_CAPTIONS = {
-    "fig_loss_vs_lr": "Loss vs log2 LR per depth (rows: presets/families, columns: eval fractions).",
+    "fig_loss_vs_lr": "Loss vs log2 LR per depth, one panel per family and eval fraction.",
     "fig_optimal_lr_vs_depth": "Optimal log2 LR vs depth with least-squares slope and 95% seed-bootstrap CI.",
 }
 
