@@ -26,14 +26,21 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from rundir.contract import RUNS_DIR
-from rundir.files import PARAMETRIZATION_FILE, read_diagnostics, read_summary
+from rundir.files import (
+    INHERITED_FROM,
+    PARAMETRIZATION_FILE,
+    RunDirError,
+    branch_source,
+    read_diagnostics_with_source,
+    read_summary,
+)
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
 HIDDEN_ROLES = ("hidden_in", "hidden_out")
@@ -54,6 +61,8 @@ class RunDynamics:
     table: dict[str, Any]
     steps: list[int]
     per_layer: dict[str, dict[int, dict[int, float]]]  # quantity -> step -> layer -> value
+    branch_step: Optional[int] = None  # a cooldown branch's step: its own rows start after it
+    inherited_steps: frozenset[int] = field(default_factory=frozenset)  # steps whose rows are its source's
 
 
 def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, float]]]:
@@ -90,9 +99,13 @@ def _preset_label(preset: str, table: dict[str, Any]) -> str:
 
 def load_run(run_dir: Path) -> Optional[RunDynamics]:
     """A run's diagnostics and identity; None when it has no diagnostics rows."""
-    rows = read_diagnostics(run_dir)
-    if not rows:
+    try:  # a branch's rows start after its branch step: its source's come first (rundir.files owns the join)
+        rows = read_diagnostics_with_source(run_dir)
+    except RunDirError as exc:
+        raise DynamicsError(str(exc)) from None
+    if not any(INHERITED_FROM not in r for r in rows):
         return None
+    source = branch_source(run_dir, None)
     summary = read_summary(run_dir)
     table_path = run_dir / PARAMETRIZATION_FILE
     if summary is None or not table_path.is_file():
@@ -108,6 +121,8 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
         table=table,
         steps=sorted({r["step"] for r in rows}),
         per_layer=_per_layer(rows),
+        branch_step=int(source["step"]) if source and source.get("step") is not None else None,
+        inherited_steps=frozenset(r["step"] for r in rows if INHERITED_FROM in r),
     )
 
 
@@ -187,11 +202,21 @@ def exponent(
 ) -> dict[str, Any]:
     """Measured exponent of ``quantity`` against depth at ``fraction`` of training, with CI."""
     per_depth: dict[int, list[np.ndarray]] = {}
+    from_source = absent = 0
     for r in runs:
-        layers = r.per_layer[quantity].get(_step_at(r, fraction), {})
+        step = _step_at(r, fraction)
+        if r.branch_step is not None and fraction * r.steps[-1] <= r.branch_step:
+            if not r.inherited_steps:  # a source without diagnostics: nothing before the branch step
+                absent += 1
+                continue
+            from_source += step in r.inherited_steps
+        layers = r.per_layer[quantity].get(step, {})
         if layers:
             per_depth.setdefault(r.num_layers, []).append(np.log(np.array(list(layers.values()))))
     out: dict[str, Any] = {"quantity": quantity, "fraction": fraction, "depths": sorted(per_depth)}
+    # branches: runs whose rows at this fraction are their source's (before the branch step), and
+    # runs left out because their source logged no diagnostics there
+    out.update(runs_from_source=from_source, runs_absent_before_branch=absent)
     out["expected"] = expected_exponent(quantity, runs)
     if len(per_depth) < 2:
         out.update(value=None, ci=None, note="needs two depths with rows")
@@ -251,4 +276,15 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {e['preset']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
             f"{', '.join(map(str, e['depths']))} |"
         )
-    return "\n".join(lines) + "\n"
+    notes = {}
+    for e in result["exponents"]:  # the same for every quantity of a preset and fraction
+        said = []
+        if e.get("runs_from_source"):
+            said.append(f"{e['runs_from_source']} run(s) are cooldown branches whose rows there are their source's "
+                        "(before the branch step)")  # fmt: skip
+        if e.get("runs_absent_before_branch"):
+            said.append(f"{e['runs_absent_before_branch']} branch run(s) are left out: their source logged no "
+                        "diagnostics before the branch step")  # fmt: skip
+        if said:
+            notes.setdefault(f"{e['preset']} at fraction {e['fraction']:g}: " + "; ".join(said), None)
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in notes) + ("\n" if notes else "")

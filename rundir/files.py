@@ -13,6 +13,7 @@ import json
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -66,6 +67,7 @@ __all__ = [
     "read_exit_record",
     "read_metrics",
     "read_metrics_with_source",
+    "read_diagnostics_with_source",
     "read_summary",
     "step_dir_name",
     "truncate_diagnostics",
@@ -314,11 +316,19 @@ def read_metrics_with_source(run_dir: Path) -> list[dict[str, Any]]:
     branch to its source: plots and analyses of whole curves read this, never the two files.
     An inherited eval row's ``fraction`` is of the source's ``training.steps``. RunDirError where
     the source's ``metrics.jsonl`` is gone (a moved or deleted source sweep)."""
-    return _with_source(Path(run_dir), set())
+    return _with_source(Path(run_dir), set(), read_metrics)
 
 
-def _with_source(run_dir: Path, seen: set[Path]) -> list[dict[str, Any]]:
-    own = read_metrics(run_dir)
+def read_diagnostics_with_source(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's ``diagnostics.jsonl`` rows joined to its source's as :func:`read_metrics_with_source`
+    joins metrics: a branch's own rows start after its branch step, so the source's rows up to it
+    (each marked ``inherited_from``) come first. A source trained without diagnostics gives none
+    (the branch's rows then start after the branch step); a source gone is a RunDirError."""
+    return _with_source(Path(run_dir), set(), read_diagnostics)
+
+
+def _with_source(run_dir: Path, seen: set[Path], read: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    own = read(run_dir)
     source = branch_source(run_dir, None)
     if source is None or not source.get("run_dir") or source.get("step") is None:
         return own
@@ -330,7 +340,7 @@ def _with_source(run_dir: Path, seen: set[Path]) -> list[dict[str, Any]]:
             f"{run_dir}: continues {src} (step {step}; summary.json branch_of), which has no {METRICS_FILE}: "
             "the source sweep moved or is gone, so the curve before the branch step cannot be joined"
         )
-    inherited = [r for r in _with_source(src, seen | {run_dir.resolve()}) if r.get("step", 0) <= step]
+    inherited = [r for r in _with_source(src, seen | {run_dir.resolve()}, read) if r.get("step", 0) <= step]
     for row in inherited:
         row.setdefault(INHERITED_FROM, str(src))
     return inherited + own

@@ -76,3 +76,61 @@ def test_no_diagnostics_is_a_named_error(tmp_path):
 
     (tmp_path / "runs" / "r1").mkdir(parents=True)
     assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+
+
+def _diag_run(rd: Path, preset: str, L: int, steps_k: dict[int, float], branch_of: dict | None = None) -> None:
+    """update_ratio = 0.01 * L^k at each step with its own k (exact: no noise); a branch's summary names its source."""
+    rd.mkdir(parents=True)
+    rows = []
+    for step, k in steps_k.items():
+        for layer in range(L):
+            for role in ("hidden_in", "hidden_out"):
+                rows.append({"step": step, "layer": layer, "role": role, "param": f"decoder.layers.{layer}.{role}",
+                             "weight_rms": 1.0, "update_rms": 0.01 * L**k, "update_ratio": 0.01 * L**k})  # fmt: skip
+            rows.append({"step": step, "layer": layer, "kind": "residual", "rms": 1.0})
+    if steps_k:
+        (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 5.0}) + "\n")
+    (rd / "parametrization.json").write_text(json.dumps(_table(preset, L)))
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": 0.01, "seed": 0, "final_val_loss": 3.0}
+    if branch_of:
+        summary["branch_of"] = branch_of
+    (rd / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path):
+    """Cooldown branches from step 20 of runs logged every 10 steps to 40: a branch's own
+    diagnostics.jsonl starts at step 30. Planted: update_ratio ~ L^-1/2 up to step 20 (the source),
+    L^+1/2 after (the branch). Fraction 0.25 of the branch's training is step 10, its source's:
+    -0.5 (before, the nearest of the branch's own steps, 30, gave +0.5 and said nothing), said in
+    dynamics.md and dynamics.json. A branch whose source logged no diagnostics is left out there."""
+    from eval.dynamics_cmd import write_dynamics
+
+    for L in (2, 4, 8):
+        src = tmp_path / "stable" / "runs" / f"L{L}"
+        _diag_run(src, "depth_mup", L, {10: -0.5, 20: -0.5})
+        _diag_run(tmp_path / "cool" / "runs" / f"L{L}", "depth_mup", L, {30: 0.5, 40: 0.5},
+                  {"run_dir": str(src), "run_id": f"L{L}", "step": 20})  # fmt: skip
+    result = write_dynamics([tmp_path / "cool"], tmp_path / "out", fractions=(0.25, 0.5, 1.0), n_boot=50)
+    got = {e["fraction"]: e for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    assert {f: round(e["value"], 6) for f, e in got.items()} == {0.25: -0.5, 0.5: -0.5, 1.0: 0.5}
+    assert {f: e["runs_from_source"] for f, e in got.items()} == {0.25: 3, 0.5: 3, 1.0: 0}
+    assert result["series"]["depth_mup"]["update_ratio"]["4"]["steps"] == [10, 20, 30, 40]
+    text = (tmp_path / "out" / "dynamics.md").read_text()
+    assert "depth_mup at fraction 0.25: 3 run(s) are cooldown branches whose rows there are their source's" in text
+    assert "at fraction 1:" not in text
+
+    # a source without diagnostics: the branch's early fractions are absent, not its step-30 rows
+    for L in (2, 4):
+        src = tmp_path / "quiet" / "runs" / f"L{L}"
+        _diag_run(src, "sp", L, {})
+        _diag_run(tmp_path / "cool2" / "runs" / f"L{L}", "sp", L, {30: 0.5, 40: 0.5},
+                  {"run_dir": str(src), "run_id": f"L{L}", "step": 20})  # fmt: skip
+    result = write_dynamics([tmp_path / "cool2"], tmp_path / "out2", fractions=(0.25, 1.0), n_boot=50)
+    got = {e["fraction"]: e for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    assert got[0.25]["value"] is None and got[0.25]["runs_absent_before_branch"] == 2
+    assert round(got[1.0]["value"], 6) == 0.5
+    assert (
+        "sp at fraction 0.25: 2 branch run(s) are left out: their source logged no diagnostics"
+        in (tmp_path / "out2" / "dynamics.md").read_text()
+    )
