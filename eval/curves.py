@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from eval.results import FAMILY_KEYS, FRACTION_ATOL, SweepResults
+from rundir.contract import PARAMETRIZATION_KEYS
 
 BASE_FAMILY_COLUMNS: tuple[str, ...] = FAMILY_KEYS  # eval.results owns what a family is
 RUN_COLUMNS: tuple[str, ...] = (
@@ -153,13 +154,16 @@ def shown_columns(runs: pd.DataFrame, columns: list[str]) -> tuple[str, ...]:
     some runs lack (a cooldown sweep's fixed ``optimizer.min_lr_ratio=0.0`` beside a stable sweep
     that has no such column) says only which table a family came from: it is shown only where the
     other shown columns leave two families with the same label (then, in column order, until none
-    do), so ``depth_mup`` and ``depth_mup (optimizer.min_lr_ratio=0.0)`` still differ."""
+    do), so ``depth_mup`` and ``depth_mup (optimizer.min_lr_ratio=0.0)`` still differ. Preset
+    custom's ``parametrization.alpha`` / ``gamma`` are named wherever set: they are its identity."""
     varying, presence = [], []
     for c in columns:
         values = set(runs[c].astype(str).str.strip())
         named = values - {""}
         if len(named) > 1:
             varying.append(c)
+        elif named and len(values) > 1 and c in PARAMETRIZATION_KEYS:
+            varying.append(c)  # preset custom's alpha and gamma say which parametrization it is: always named
         elif named and len(values) > 1:
             presence.append(c)
     combos = runs[columns].astype(str).drop_duplicates()  # one row per family

@@ -261,3 +261,18 @@ def test_a_column_one_table_lacks_and_the_others_fix_is_named_only_where_it_tell
         "sp": pytest.approx(-0.25, abs=0.03),
         "sp (optimizer.min_lr_ratio=0.0)": pytest.approx(-0.5, abs=0.03),
     }
+
+
+def test_one_custom_arm_keeps_its_alpha_and_gamma_in_its_label(tmp_path):
+    """A custom arm's alpha and gamma are one value each and the other preset lacks them, as a
+    cooldown's fixed floor is; they say which parametrization it is, so its label keeps them."""
+    header = [*HEADER[:8], "parametrization.alpha", "parametrization.gamma", *HEADER[8:]]
+    rows = make_rows(slopes={"custom": 0.5, "depth_mup": 0.0}, depths=(2, 4, 8), fractions=(1.0,))
+    for row in rows:
+        if row["parametrization.preset"] == "custom":
+            row.update({"parametrization.alpha": 1.0, "parametrization.gamma": 0.0})
+    analysis = analyze(read_results(write_sweep(tmp_path / "s", rows, header)), n_boot=0)
+    assert [f.label for f in analysis.families] == [
+        "custom (parametrization.alpha=1.0, parametrization.gamma=0.0)",
+        "depth_mup",
+    ]
