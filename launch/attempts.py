@@ -3,14 +3,18 @@
 The executor writes one entry when it starts the trainer and completes it when the trainer
 exits; the retry limit counts entries whose outcome counts as a failure (``launch.outcomes``).
 The log's lock is ``attempts.lock``, never the trainer's own ``.lock``, which would make a
-starting trainer exit 4.
+starting trainer exit 4. Each attempt also gets a file of its own for the trainer's exit record
+(:func:`exit_file`, ``rundir.contract.ATTEMPT_EXIT_ENV``): a rank locked out of the run
+directory says its 4 there, where torchrun's 1 would lose it.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Optional
 
+from jobscripts.shell import Raw, Word
 from launch.outcomes import counts_as_failure
 from rundir import attempts as attempt_log
 
@@ -21,6 +25,20 @@ class AttemptLog(attempt_log.AttemptLog):
     @property
     def failures(self) -> int:
         return self.count(counts_as_failure)
+
+
+def exit_file(run_dir: Path) -> Path:
+    """A new file name, next to ``attempts.json``, for one attempt's own exit record: the
+    launcher passes it to the trainer in ``$DEPTHMUP_ATTEMPT_EXIT``, reads it first
+    (``rundir.files.attempt_exit``) and removes it; no other attempt writes or reads it."""
+    return run_dir / ATTEMPTS_FILE.parent / f"exit-{uuid.uuid4().hex[:12]}.json"
+
+
+def batch_exit_file(run_dir: Path) -> Word:
+    """:func:`exit_file` for one run of a SLURM batch job, as a word of its script: named by the
+    job's id and requeue count (a requeued job runs the same script again)."""
+    folder = run_dir / ATTEMPTS_FILE.parent
+    return Word((f"{folder}/exit-", Raw("${SLURM_JOB_ID:-$$}-${SLURM_RESTART_COUNT:-0}"), ".json"))
 
 
 def read(run_dir: Path) -> AttemptLog:

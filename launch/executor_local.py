@@ -60,7 +60,7 @@ from launch.run_state import run_state
 from launch.sweep_dir import run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from launch.warm_start import ForkedTrainer, ForkRefused, fork_trainer, forkable
-from rundir.contract import METRICS_FILE, SUMMARY_FILE, ExitCode, Status
+from rundir.contract import ATTEMPT_EXIT_ENV, METRICS_FILE, SUMMARY_FILE, ExitCode, Status
 from rundir.files import ExitRecord, RunSummary, attempt_exit, read_summary
 from rundir.lock import run_locked
 
@@ -93,6 +93,7 @@ class _Active:
     peers: int = 0  # the most other runs that shared its slot while it ran
     metrics_bytes: int = 0  # size of its metrics.jsonl at the start: it grows with the first logged step
     log_start: int = 0  # where this attempt's part of log_path begins
+    exit_file: Optional[Path] = None  # this attempt's own exit record (ATTEMPT_EXIT_ENV): a locked-out rank's 4
 
 
 OUTPUT_TAIL_BYTES = 4096  # of a failed attempt's output, searched for a full disk's error
@@ -379,7 +380,8 @@ class LocalExecutor:
         echoed = log.tell()
         log.write(f"=== {dt.datetime.now().isoformat(timespec='seconds')} slot {slot.index}: {shlex.join(argv)}\n")
         log.flush()
-        env = {**os.environ, **self.slot_env[slot.index]}
+        exit_file = attempts.exit_file(rd)
+        env = {**os.environ, **self.slot_env[slot.index], ATTEMPT_EXIT_ENV: str(exit_file)}
         if len(slot.gpus) > 1 and self.grace_s and SHUTDOWN_TIMEOUT_ENV not in env:
             env[SHUTDOWN_TIMEOUT_ENV] = str(self.grace_s)  # under torchrun: the ranks get the whole grace to save
             if not self.grace_checked:
@@ -407,7 +409,9 @@ class LocalExecutor:
             log.close()
             raise
         self.active.append(
-            _Active(run, slot, proc, attempt, log, log_path, echoed, started, len(peers), metrics_bytes, echoed)
+            _Active(
+                run, slot, proc, attempt, log, log_path, echoed, started, len(peers), metrics_bytes, echoed, exit_file
+            )
         )
         self.result.started += 1
 
@@ -434,13 +438,17 @@ class LocalExecutor:
     def _ending(self, item: _Active) -> ExitRecord:
         """The trainer's exit code, and the reason it wrote. torchrun (a run on several GPUs)
         exits 1 whatever its ranks exited with, so there the code the trainer wrote during this
-        attempt is its own (``exit.json`` of a rank that refused, else rank 0's summary): a
-        preemption (75) must not count as a failure, nor a bad config (2) be retried. A trainer
+        attempt is its own (this attempt's own file of a rank locked out of the run directory,
+        else ``exit.json`` of a rank that refused, else rank 0's summary): a preemption (75) must
+        not count as a failure, nor a bad config (2) be retried, nor a run another live process
+        owns (4) use up a retry and be given up while its owner may still be preempted. A trainer
         killed by a signal (``-N``) after it wrote this attempt's summary was killed in its
         teardown (interpreter exit takes seconds with torch): the run ended as that summary
         says (docs/contracts.md: summary.json is the run's record), so its code is the one."""
         code = item.proc.returncode
-        written = attempt_exit(run_dir(self.sweep_dir, item.run.run_id), item.started) if code else None
+        written = attempt_exit(run_dir(self.sweep_dir, item.run.run_id), item.started, item.exit_file) if code else None
+        if item.exit_file is not None:
+            item.exit_file.unlink(missing_ok=True)
         if written is not None and (len(item.slot.gpus) > 1 or code < 0 or written.exit_code == code):
             return written
         return ExitRecord(code)

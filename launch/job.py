@@ -21,14 +21,14 @@ from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command
 from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
 from jobscripts.shell import Raw, Token, Word
-from launch import launchers
+from launch import attempts, launchers
 from launch.commands import REPO_ROOT, TrainInvocation, trainer_command
 from launch.errors import LaunchError
 from launch.processes import forwarding_signals, start_child
 from launch.run_configs import load_run_config
 from runconfig.loader import overridden
 from runconfig.validate import validate_layout
-from rundir.contract import EXIT_FILES, ExitCode
+from rundir.contract import ATTEMPT_EXIT_ENV, EXIT_FILES, ExitCode
 from rundir.files import attempt_exit
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
@@ -154,8 +154,11 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         # srun exits 75 when the trainers do: the job requeues itself (max_requeues 0: never). The
         # job's code is the trainer's own, the one it wrote during the job: torchrun's is 1
         # whatever its ranks exit with, srun's the highest of its tasks' (a rank's 2 reads as 75
-        # when --kill-on-bad-exit made the others save and exit 75, or 137 when it killed them)
-        exit_files = [str(run_dir / name) for name in EXIT_FILES]
+        # when --kill-on-bad-exit made the others save and exit 75, or 137 when it killed them).
+        # First this run of the job's own file: a rank 0 locked out of the run directory (another
+        # live job owns it) says its 4 there, never in the owner's exit.json or summary.json
+        env[ATTEMPT_EXIT_ENV] = attempts.batch_exit_file(run_dir)
+        exit_files: list[Token] = [Raw(f'"${ATTEMPT_EXIT_ENV}"'), *(str(run_dir / name) for name in EXIT_FILES)]
         command = requeue_command(command, req.slurm.max_requeues, ExitCode.RESUMABLE, exit_files)
     script = render_script(
         title=f"run dir: {run_dir}",
@@ -194,12 +197,14 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         print(f"submitted batch job {job_id}")
         return ExitCode.OK
     started = time.time()
-    proc = start_child(["bash", str(job.script_path)])
+    own = attempts.exit_file(job.run_dir)  # a rank locked out of the run directory says its 4 here
+    proc = start_child(["bash", str(job.script_path)], env={**os.environ, ATTEMPT_EXIT_ENV: str(own)})
     with forwarding_signals(lambda: [proc]):
         code = proc.wait()
     if code != 0:  # torchrun exits 1 whatever its ranks exit with; a trainer killed in its teardown
-        written = attempt_exit(job.run_dir, started)  # wrote its code before: the trainer's, this attempt's
+        written = attempt_exit(job.run_dir, started, own)  # wrote its code before: the trainer's, this attempt's
         code = code if written is None else written.exit_code
+    own.unlink(missing_ok=True)
     return code if code >= 0 else 128 - code
 
 

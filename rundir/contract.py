@@ -21,6 +21,12 @@ SUMMARY_FILE = "summary.json"
 # code and reason here, so a launcher that loses the ranks' codes (torchrun, srun with a killed
 # rank) does not turn it into a crash to retry. (rundir.files: ExitRecord.)
 EXIT_FILE = "exit.json"
+# A rank locked out of its run directory (exit 4) must write nothing there: another live process
+# owns it, and its launcher reads exit.json and summary.json as its own attempt's. So each launcher
+# names a file of this attempt's own in this environment variable (launch: RUN_DIR/launch/exit-*.json,
+# launch.attempts.exit_file); the trainer writes its ExitRecord there when it ends locked out, and
+# the launcher reads it before EXIT_FILES. (rundir.files: write_attempt_exit, attempt_exit.)
+ATTEMPT_EXIT_ENV = "DEPTHMUP_ATTEMPT_EXIT"
 CHECKPOINTS_DIR = "checkpoints"
 LOCK_FILE = ".lock"
 WANDB_ID_FILE = "wandb_id"  # the W&B run a resumed session logs to (logging.wandb)
@@ -81,8 +87,9 @@ EXIT_OF_STATUS: dict[Status, ExitCode] = {
 SUMMARY_STATUSES: tuple[Status, ...] = tuple(EXIT_OF_STATUS)
 # Where a trainer's own exit code is read when its launcher's code is not it (torchrun exits 1
 # whatever its ranks exit with; srun exits with the highest code of its tasks): the first of
-# these files written during the attempt. exit.json first: a refusing rank writes it, and rank 0
-# may still write a summary (a crash when its peer left) after it.
+# these files written during the attempt, after the attempt's own file (ATTEMPT_EXIT_ENV) where its
+# launcher named one. exit.json first: a refusing rank writes it, and rank 0 may still write a
+# summary (a crash when its peer left) after it.
 EXIT_FILES: tuple[str, ...] = (EXIT_FILE, SUMMARY_FILE)
 
 # Sweep directory: RUNS_DIR/<run id>/ holds each run directory (launch writes, eval reads them);

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from jobscripts.atomic import atomic_write_text, read_json
 from jobscripts.requeue import first_written_exit_code
 from rundir.contract import (
+    ATTEMPT_EXIT_ENV,
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     DIAGNOSTICS_FILE,
@@ -72,6 +73,7 @@ __all__ = [
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
+    "write_attempt_exit",
     "write_exit_record",
     "write_summary",
 ]
@@ -218,9 +220,10 @@ def write_summary(run_dir: Path, summary: RunSummary) -> None:
 # ----------------------------------------------------------------------------- exit.json
 @dataclass(frozen=True)
 class ExitRecord:
-    """How a trainer process ended when no ``summary.json`` says it (``exit.json``: a refusal,
-    exit 2, written by every rank that refuses once it knows its run directory), or the code a
-    launcher's caller reads for an attempt (:func:`attempt_exit`)."""
+    """How a trainer process ended when no ``summary.json`` says it: ``exit.json`` (a refusal,
+    exit 2, written by every rank that refuses once it knows its run directory) or the attempt's
+    own file (:func:`write_attempt_exit`: a rank locked out of its run directory, exit 4); or the
+    code a launcher's caller reads for an attempt (:func:`attempt_exit`)."""
 
     exit_code: int
     reason: Optional[str] = None
@@ -231,11 +234,31 @@ class ExitRecord:
         return STATUS_OF_EXIT.get(self.exit_code, Status.FAILED)
 
 
-def write_exit_record(run_dir: Path, record: ExitRecord) -> None:
-    """Written only by a process that may write the run directory (not one locked out of it)."""
+def _exit_text(record: ExitRecord) -> str:
     data = {"exit_code": int(record.exit_code), "status": record.status.value, "reason": record.reason}
     data |= {"rank": record.rank, "host": socket.gethostname(), "pid": os.getpid()}
-    atomic_write_text(Path(run_dir) / EXIT_FILE, json.dumps(data, indent=1) + "\n")
+    return json.dumps(data, indent=1) + "\n"
+
+
+def write_exit_record(run_dir: Path, record: ExitRecord) -> None:
+    """Written only by a process that may write the run directory (not one locked out of it:
+    :func:`write_attempt_exit`)."""
+    atomic_write_text(Path(run_dir) / EXIT_FILE, _exit_text(record))
+
+
+def write_attempt_exit(record: ExitRecord) -> bool:
+    """``record`` in the file this attempt's launcher named in ``$DEPTHMUP_ATTEMPT_EXIT``
+    (``rundir.contract.ATTEMPT_EXIT_ENV``): how a rank ended that may not write its run
+    directory (locked out: another live process owns it). False where no launcher named one
+    (the exit code itself is then all there is) or it cannot be written."""
+    path = os.environ.get(ATTEMPT_EXIT_ENV)
+    if not path:
+        return False
+    try:
+        atomic_write_text(Path(path), _exit_text(record))
+    except OSError:
+        return False
+    return True
 
 
 def read_exit_record(run_dir: Path) -> Optional[ExitRecord]:
@@ -250,12 +273,15 @@ def _exit_record(data: Any) -> Optional[ExitRecord]:
     return ExitRecord(data["exit_code"], reason if isinstance(reason, str) else None, rank)
 
 
-def attempt_exit(run_dir: Path, since: float) -> Optional[ExitRecord]:
+def attempt_exit(run_dir: Path, since: float, own: Optional[Path] = None) -> Optional[ExitRecord]:
     """The exit code (and reason) the trainer wrote during an attempt that began at ``since``
-    (epoch seconds): ``exit.json``, else ``summary.json`` (the contract's ``EXIT_FILES``, the
-    same rule ``jobscripts.requeue --exit-file`` applies); None when it wrote neither. This, not
-    torchrun's or srun's code, is the trainer's."""
-    written = first_written_exit_code([str(Path(run_dir) / name) for name in EXIT_FILES], since)
+    (epoch seconds): ``own``, the file the launcher named for this attempt alone
+    (``ATTEMPT_EXIT_ENV``: a rank locked out of the run directory), else ``exit.json``, else
+    ``summary.json`` (the contract's ``EXIT_FILES``, the same rule ``jobscripts.requeue
+    --exit-file`` applies); None when it wrote none. This, not torchrun's or srun's code, is
+    the trainer's."""
+    paths = ([str(own)] if own is not None else []) + [str(Path(run_dir) / name) for name in EXIT_FILES]
+    written = first_written_exit_code(paths, since)
     if written is None:
         return None
     record = _exit_record(read_json(written[1]))

@@ -314,6 +314,54 @@ def test_an_srun_job_whose_rank_refused_exits_2_and_is_not_requeued(tmp_path):
     assert done.returncode == 1 and not (tmp_path / "scontrol.calls").exists()
 
 
+# srun with --kill-on-bad-exit, as the test cluster measured it: 2 tasks; when one exits non-zero
+# the other is killed, and srun exits with the highest code (a rank's 4 reads as 137).
+SRUN = """while [[ "$1" == --* ]]; do shift; done
+pids=()
+for r in 0 1; do SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r "$@" & pids+=($!); done
+wait -n "${pids[@]}"; code=$?
+if [ $code -ne 0 ]; then kill -9 "${pids[@]}" 2>/dev/null; fi
+for p in "${pids[@]}"; do wait $p; c=$?; if [ $c -gt $code ]; then code=$c; fi; done
+exit $code"""
+
+
+def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path, monkeypatch):
+    """A `launch job --launcher slurm --slurm-mode srun` script (2 ranks, real train_gpt.py) runs
+    while another job's trainer holds the run lock: rank 0 exits 4 and writes nothing into the
+    owner's run directory, srun kills rank 1 (waiting for rank 0 in the rendezvous) and exits
+    137. Before, no exit file said otherwise: the job ended 137 (FAILED, as a killed job). Now the
+    script names this run of the job's own file ($DEPTHMUP_ATTEMPT_EXIT, by job id and requeue
+    count) and jobscripts.requeue reads it first: the job exits 4, not requeued."""
+    from launch.job import JobRequest, prepare_job
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    small = ["model.hidden_size=32", "parametrization.base_hidden_size=32", "model.num_layers=2",
+             "parametrization.base_num_layers=2", "scheduler.warmup_steps=1", "training.steps=2"]  # fmt: skip
+    req = JobRequest(str(TINY_BASE), [f"run.dir={run_dir}", *small], launcher="slurm", slurm_mode="srun",
+                     nproc_per_node=2, master_port=free_port(), cwd=str(REPO))  # fmt: skip
+    job = prepare_job(req)
+    job.script_path.parent.mkdir(parents=True)
+    job.script_path.write_text(job.script)
+    stubs = {"srun": SRUN, "squeue": "echo RUNNING", "scontrol": f'''case "$1" in show) echo 127.0.0.1;;
+             *) echo "$@" >> "{tmp_path}/scontrol.calls";; esac'''}  # fmt: skip
+    env = env_with(PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31",
+                   SLURM_RESTART_COUNT="2", SLURM_JOB_NODELIST="localhost", OMP_NUM_THREADS="1")  # fmt: skip
+    with open(run_dir / ".lock", "a") as held:  # the owner: another job's trainer
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", str(job.script_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert f'--exit-file "$DEPTHMUP_ATTEMPT_EXIT" --exit-file {run_dir}/exit.json' in job.script
+    own = run_dir / "launch" / "exit-31-2.json"
+    assert f"srun exited 137; {own} says 4: exiting 4" in done.stderr
+    record = json.loads(own.read_text())
+    assert (record["exit_code"], record["status"], record["rank"]) == (4, "busy", 0)
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "launch"]  # nothing in the owner's directory
+    assert not (tmp_path / "scontrol.calls").exists()  # not requeued
+
+
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):
     from data_prep.api import load_data_prep_config
     from data_prep.slurm import plan_submission, stage_script

@@ -145,6 +145,25 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _two_rank_sweep(tmp_path: Path, monkeypatch, steps: int):
+    """A sweep of one run of the real train_gpt.py on 2 ranks (torchrun, CPU, gloo), planned:
+    its spec, sweep directory, run and run directory."""
+    from launch.sweep_dir import read_plan, write_plan
+    from launch.sweep_spec import expand, load_spec
+    from tests.launch_fixtures.helpers import derived_spec
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two "GPUs" for the slot: the ranks run on CPU (gloo)
+    executor = {"kind": "local", "max_parallel": 1, "gpus_per_run": 2, "max_retries": 1}
+    spec = derived_spec(tmp_path, grid={"optimizer.lr": [0.001]}, executor=executor,
+                        overrides={**SMALL, "training.steps": steps, "parallel.device": "cpu"})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    (run,) = read_plan(sweep_dir).runs
+    return spec, sweep_dir, run, sweep_dir / "runs" / run.run_id
+
+
 def test_a_refused_resume_under_torchrun_is_invalid_and_not_retried(tmp_path, monkeypatch, capsys):
     """A sweep run on 2 ranks (torchrun, CPU) is stopped mid-run (SIGTERM: checkpoint, preempted);
     then the toolkit's presets change (the checkpoint's resolved table differs: a
@@ -153,20 +172,9 @@ def test_a_refused_resume_under_torchrun_is_invalid_and_not_retried(tmp_path, mo
     the run again until max_retries (2 attempts here), each refused alike; now exit.json carries
     the trainer's 2: one attempt, `invalid`, not retried, and `status` names the reason."""
     from launch import attempts
-    from launch.sweep_dir import read_plan, write_plan
-    from launch.sweep_spec import expand, load_spec
-    from tests.launch_fixtures.helpers import REPO, derived_spec, env_with
+    from tests.launch_fixtures.helpers import REPO, env_with
 
-    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two "GPUs" for the slot: the ranks run on CPU (gloo)
-    executor = {"kind": "local", "max_parallel": 1, "gpus_per_run": 2, "max_retries": 1}
-    spec = derived_spec(tmp_path, grid={"optimizer.lr": [0.001]}, executor=executor,
-                        overrides={**SMALL, "training.steps": 100000, "parallel.device": "cpu"})  # fmt: skip
-    sweep_dir = tmp_path / "sw"
-    write_plan(sweep_dir, expand(spec, load_spec(spec)))
-    (run,) = read_plan(sweep_dir).runs
-    rd = sweep_dir / "runs" / run.run_id
+    spec, sweep_dir, run, rd = _two_rank_sweep(tmp_path, monkeypatch, steps=100000)
     proc = subprocess.Popen([sys.executable, "-m", "launch", "run", str(sweep_dir), "--no-progress"], cwd=REPO,
                             env=env_with(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     _wait_for(lambda: (rd / "metrics.jsonl").is_file() and (rd / "metrics.jsonl").stat().st_size, 300, "a step")
@@ -253,3 +261,91 @@ def test_ranks_of_a_sigkilled_torchrun_checkpoint_and_exit_75(tmp_path):
         == summary["steps"]
     )
     assert summary["steps"] >= 1 and not run_locked(run_dir)
+
+
+# ----------------------------------------------------------------------------- a run another live process owns
+# Holds RUN_DIR's lock as a trainer of another sweep task does, with that task's attempt open in
+# attempts.json (so `status` says running); on a line from stdin it ends as preempted.
+OWNER = """
+import fcntl, sys
+from pathlib import Path
+from launch import attempts
+rd = Path(sys.argv[1])
+lock = open(rd / ".lock", "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+attempt = attempts.begin(rd, __import__("os").getpid())
+print("owned", flush=True)
+sys.stdin.readline()
+attempts.finish(rd, attempt, 75, "preempted", held_lock=True)
+"""
+
+
+def _owner(rd: Path):
+    from tests.launch_fixtures.helpers import REPO, env_with
+
+    rd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, str(rd)], cwd=REPO, env=env_with(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout.readline() == "owned\n"
+    return proc
+
+
+def _files(rd: Path) -> dict[str, float]:
+    """Every file of the run directory but launch's own folder, with its modification time."""
+    return {str(p.relative_to(rd)): p.stat().st_mtime for p in rd.rglob("*") if p.is_file() and "launch" not in p.parts}
+
+
+def test_a_two_rank_run_locked_by_a_live_owner_is_busy_not_failed_and_uses_no_retry(tmp_path, monkeypatch, capsys):
+    """Two sweep tasks race for one run (a requeued array task and a resubmitted one): the owner
+    holds the run lock on another host (its lock not in this host's /proc/locks, so the executor
+    starts the run), and this task's 2-rank torchrun (real train_gpt.py, CPU) finds it locked:
+    rank 0 exits 4, torchrun exits 1. Before, that attempt was `failed` (exit 1) and retried:
+    with max_retries 1, two failed attempts and the run given up, so once the owner was
+    preempted a rerun skipped it (exit 1, nothing started). Now rank 0 writes its 4 into this
+    attempt's own file (never into the owner's run directory): one attempt, `busy`, no retry,
+    the run `running` as its owner is; after the owner's preemption a rerun trains it."""
+    from launch import attempts
+    from launch.run_state import run_state
+    from rundir import lock
+
+    monkeypatch.setattr(lock, "PROC_LOCKS", tmp_path / "no such file")  # the owner runs on another host
+    _spec, sweep_dir, run, rd = _two_rank_sweep(tmp_path, monkeypatch, steps=2)
+    owner = _owner(rd)
+    before = _files(rd)
+    try:
+        assert main(["run", str(sweep_dir), "--no-progress"]) == 4  # running elsewhere
+        err = capsys.readouterr().err
+        log = attempts.read(rd)
+        assert [(a.outcome, a.exit_code) for a in log.attempts] == [(None, None), ("busy", 4)], err
+        assert log.failures == 0 and f"{run.run_id}: busy (exit 4)" in err and "retrying" not in err
+        assert f"{rd} is in use by another process" in log.attempts[1].reason
+        assert run_state(rd, 1).status == "running"  # the owner's, untouched
+        assert _files(rd) == before  # no exit.json, summary.json or log of this attempt in the owner's directory
+        assert list((rd / "launch").glob("exit-*.json")) == []  # this attempt's own file, read and removed
+    finally:
+        owner.communicate("\n", timeout=60)
+    assert [a.outcome for a in attempts.read(rd).attempts] == ["preempted", "busy"]
+    assert main(["run", str(sweep_dir), "--no-progress"]) == 0  # the owner stopped: this task trains the run
+    assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
+    assert [a.outcome for a in attempts.read(rd).attempts] == ["preempted", "busy", "completed"]
+
+
+def test_a_torchrun_job_locked_out_of_its_run_exits_4(tmp_path, monkeypatch):
+    """`launch job --launcher torchrun` (2 ranks, real train_gpt.py) while another process holds
+    the run lock: torchrun exits 1; the job exits 4 (before: 1, a crash to a script around it),
+    and nothing is written into the owner's run directory."""
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run_dir = tmp_path / "run"
+    owner = _owner(run_dir)
+    before = _files(run_dir)
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=2", *small]
+    argv += ["--launcher", "torchrun", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+    try:
+        assert main([*argv, "--master-port", str(free_port())]) == 4
+    finally:
+        owner.communicate("\n", timeout=60)
+    assert _files(run_dir) == before and list((run_dir / "launch").glob("exit-*.json")) == []

@@ -36,6 +36,7 @@ from rundir.files import (
     RunSummary,
     read_metrics,
     read_summary,
+    write_attempt_exit,
     write_exit_record,
     write_summary,
 )
@@ -122,7 +123,11 @@ class Trainer:
             return EXIT_OF_STATUS[previous.status]
         lock = RunLock(self.run_dir) if self.is_main else None
         if lock is not None and not lock.acquire():
-            print(f"error: {self.run_dir} is in use by another process (lock {lock.path})", file=sys.stderr)
+            message = f"{self.run_dir} is in use by another process (lock {lock.path})"
+            print(f"error: {message}", file=sys.stderr)
+            # not exit.json: the run directory is the live owner's, and its launcher reads that
+            # file as its own attempt's; under torchrun (exit 1) only this attempt's file says 4
+            write_attempt_exit(ExitRecord(ExitCode.BUSY, message, self.rank))
             return ExitCode.BUSY
         self.started = time.time()
         flag = PreemptionFlag()

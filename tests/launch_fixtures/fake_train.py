@@ -2,7 +2,8 @@
 
 Same command line (``--config FILE [key=value ...] [--force]``, plus ``--local_rank=N`` /
 ``--local-rank N``), same config loading (``runconfig.load_config(RunConfig, ...)``: a bad
-key exits 2), the ``flock`` on ``RUN_DIR/.lock`` (busy: exit 4), atomic ``config.yaml``,
+key exits 2), the ``flock`` on ``RUN_DIR/.lock`` (busy: exit 4, said in ``$DEPTHMUP_ATTEMPT_EXIT``
+only, never in the run directory), atomic ``config.yaml``,
 ``metrics.jsonl`` (rows past the restored checkpoint dropped on resume),
 ``checkpoints/step_XXXXXXXX`` + ``latest``, ``summary.json``, and the exit codes 0/1/3/75 (``rundir.contract``).
 A run dir whose summary says completed/diverged is left alone unless ``--force``.
@@ -175,6 +176,7 @@ def main() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         print(f"fake_train: {run_dir} is locked by another process", file=sys.stderr)
+        rd.write_attempt_exit(rd.ExitRecord(ExitCode.BUSY, f"{run_dir} is locked by another process", rank))
         return ExitCode.BUSY
     code = _train(cfg, run_dir, args.force)
     if teardown := float(os.environ.get("FAKE_TEARDOWN_SECONDS", "0")):
