@@ -37,7 +37,7 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
                 if s["steps"]:
                     ax.plot(s["steps"], s["values"], color=color, label=f"L={depth}")
             ax.set_yscale("log")
-            ax.set_title(f"{family}: {LABELS[quantity]}", fontsize=8)
+            ax.set_title(f"{family}\n{LABELS[quantity]}", fontsize=7)  # a long family label on its own line
             ax.set_xlabel("step")
             ax.grid(alpha=0.3, which="both")
         row[0].legend(fontsize=7)
