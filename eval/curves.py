@@ -53,6 +53,11 @@ class Family:
     def value(self, name: str) -> str:
         return self.key_dict()[name]
 
+    def sort_key(self) -> tuple:
+        """Where the family comes in every report (``eval transfer``, ``eval dynamics``): by its
+        column values, column by column (:func:`family_order`)."""
+        return family_order(tuple(value for _, value in self.keys))
+
 
 @dataclass
 class DepthCurve:
@@ -219,7 +224,7 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
                 for depth, depth_runs in fam_runs.groupby("depth", sort=True)
             ]
     # Families whose runs are all pending still get an (empty) entry so they are reported.
-    ordered = [families[k] for k in sorted(families, key=family_order)]
+    ordered = sorted(families.values(), key=Family.sort_key)
     for family in ordered:
         base_depths.setdefault(family, [])
         for fraction in fractions:

@@ -12,6 +12,14 @@ the block for activations):
 * ``residual_rms``: RMS of the residual stream after each block (flat in depth when the
   parametrization is right).
 
+Runs are compared within a *family*, as ``eval transfer`` compares them (:mod:`eval.curves`
+owns what a family is, its label and its place in the report): the runs that differ only in
+depth, LR and seed. A sweep's ``results.csv`` gives each run's swept keys (a WSD cooldown
+sweep's ``branch_of.step``, ``scheduler.wsd_decay_steps``, ``optimizer.min_lr_ratio``; a custom
+arm's ``parametrization.alpha`` / ``gamma``); a run directory given without one is read from its
+``summary.json`` and ``parametrization.json`` (preset, width, block multiplier, a custom arm's
+alpha and gamma, a branch's step).
+
 Exponent of a quantity against depth: least squares of the per-depth mean of log q (over
 the runs' blocks and seeds) against log L; its 95% CI from a bootstrap that resamples the
 runs of each depth (seeds) and the blocks of each run (layers). Expected exponents come from
@@ -31,8 +39,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
+import pandas as pd
 
-from rundir.contract import RUNS_DIR
+from eval.curves import Family, build_families, family_columns
+from eval.results import CONFIG_KEYS, ResultsError, SweepResults, keep_where, read_results
+from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
 from rundir.files import (
     INHERITED_FROM,
     PARAMETRIZATION_FILE,
@@ -63,6 +74,12 @@ class RunDynamics:
     per_layer: dict[str, dict[int, dict[int, float]]]  # quantity -> step -> layer -> value
     branch_step: Optional[int] = None  # a cooldown branch's step: its own rows start after it
     inherited_steps: frozenset[int] = field(default_factory=frozenset)  # steps whose rows are its source's
+    summary_keys: dict[str, Any] = field(default_factory=dict)  # its family columns, where no results.csv has it
+    family: Optional[Family] = None  # set by find_runs (eval.curves: the family eval transfer puts it in)
+
+    @property
+    def label(self) -> str:
+        return self.family.label if self.family else self.preset
 
 
 def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, float]]]:
@@ -89,14 +106,6 @@ def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, floa
     }
 
 
-def _preset_label(preset: str, table: dict[str, Any]) -> str:
-    """The preset, with alpha and gamma for preset custom: runs of two custom arms (a study's
-    ``custom_presets``) are different parametrizations, fitted apart."""
-    if preset != "custom":
-        return preset
-    return f"custom (alpha={table['alpha']:g}, gamma={table['gamma']:g})"
-
-
 def load_run(run_dir: Path) -> Optional[RunDynamics]:
     """A run's diagnostics and identity; None when it has no diagnostics rows."""
     try:  # a branch's rows start after its branch step: its source's come first (rundir.files owns the join)
@@ -111,9 +120,16 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
     if summary is None or not table_path.is_file():
         raise DynamicsError(f"{run_dir}: diagnostics without summary.json or {PARAMETRIZATION_FILE}")
     table = json.loads(table_path.read_text())
+    preset = summary.preset or table["preset"]
+    branch_step = int(source["step"]) if source and source.get("step") is not None else None
+    keys: dict[str, Any] = {"hidden_size": summary.hidden_size, "block_multiplier": summary.block_multiplier}
+    if preset == "custom":  # its alpha and gamma are which parametrization it is (results.csv's columns)
+        keys.update({k: table.get(k.split(".")[-1]) for k in PARAMETRIZATION_KEYS})
+    if branch_step is not None:
+        keys[BRANCH_STEP_COLUMN] = branch_step
     return RunDynamics(
         run_dir=run_dir,
-        preset=_preset_label(summary.preset or table["preset"], table),
+        preset=preset,
         num_layers=summary.num_layers or table["num_layers"],
         lr=summary.lr or 0.0,
         seed=summary.seed or 0,
@@ -121,32 +137,106 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
         table=table,
         steps=sorted({r["step"] for r in rows}),
         per_layer=_per_layer(rows),
-        branch_step=int(source["step"]) if source and source.get("step") is not None else None,
+        branch_step=branch_step,
         inherited_steps=frozenset(r["step"] for r in rows if INHERITED_FROM in r),
+        summary_keys={**keys, "base_depth": summary.base_num_layers},
     )
 
 
-def find_runs(paths: list[Path]) -> list[RunDynamics]:
-    """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``)."""
-    runs = []
+def find_runs(
+    paths: list[Path], where: Optional[list[tuple[str, str]]] = None, ignore_columns: tuple[str, ...] = ()
+) -> list[RunDynamics]:
+    """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``), each
+    with its family (:func:`assign_families`); ``where`` keeps the runs whose column holds the
+    value, as ``eval transfer --where`` does (``eval.results.keep_where``)."""
+    runs: list[RunDynamics] = []
+    tables: dict[Path, Path] = {}  # a run directory -> the results.csv of its sweep
     for path in paths:
         if not path.is_dir():
             raise DynamicsError(f"{path}: not a directory")
         candidates = sorted((path / RUNS_DIR).iterdir()) if (path / RUNS_DIR).is_dir() else [path]
-        runs += [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
+        found = [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
+        if (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file():
+            tables.update({r.run_dir.resolve(): path / RESULTS_FILE for r in found})
+        runs += found
     if not runs:
         raise DynamicsError(
             f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
         )
-    return runs
+    return assign_families(runs, tables, where or [], ignore_columns)
 
 
-def select(runs: list[RunDynamics], lr: Optional[float] = None) -> list[RunDynamics]:
-    """Per (preset, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
-    seed-mean final validation loss."""
-    groups: dict[tuple[str, int], list[RunDynamics]] = {}
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def assign_families(
+    runs: list[RunDynamics], tables: dict[Path, Path], where: list[tuple[str, str]], ignore_columns: tuple[str, ...]
+) -> list[RunDynamics]:
+    """Each run's family, made by ``eval.curves.build_families`` from the columns ``eval transfer``
+    reads: a run of a sweep from its row of the sweep's ``results.csv``, a run directory given
+    alone from its summary. The runs ``where`` leaves out are dropped."""
+    by_dir: dict[Path, dict[str, Any]] = {}
+    extra: list[str] = []
+    if tables:
+        try:
+            sweep = read_results(list(dict.fromkeys(tables.values())), ignore_columns=ignore_columns)
+        except ResultsError as exc:
+            raise DynamicsError(str(exc)) from None
+        extra = list(sweep.extra_keys)
+        for _, row in sweep.rows.drop_duplicates("run_id").iterrows():
+            by_dir[sweep.run_dir(row["run_id"]).resolve()] = {c: row[c] for c in [*CONFIG_KEYS, *extra]}
+    elif ignore_columns:
+        raise DynamicsError(f"--ignore-columns {list(ignore_columns)}: no results.csv among the paths given")
+    records = []
     for r in runs:
-        groups.setdefault((r.preset, r.num_layers), []).append(r)
+        record = by_dir.get(r.run_dir.resolve())
+        if record is None and r.run_dir.resolve() in tables:
+            raise DynamicsError(
+                f"{r.run_dir}: has diagnostics but no row in {tables[r.run_dir.resolve()]} (run `python -m launch "
+                "status SWEEP_DIR` to write it again)"
+            )
+        if record is None:  # a run directory given alone: its summary's keys
+            own = {"preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed, **r.summary_keys}
+            extra += [k for k in own if k not in CONFIG_KEYS and k not in extra]
+            record = own
+        records.append(record)
+    columns = [*CONFIG_KEYS, *extra]
+    rows = pd.DataFrame([[_text(rec.get(c)) for c in columns] for rec in records], columns=columns)
+    rows["index"] = range(len(runs))
+    name = ", ".join(sorted({str(p) for p in tables.values()})) or "the run directories given"
+    runs_table = SweepResults(path=Path(name), rows=rows, extra_keys=extra)
+    if where:
+        try:
+            runs_table = keep_where(runs_table, where)
+        except ResultsError as exc:
+            raise DynamicsError(str(exc)) from None
+    kept = runs_table.rows
+    columns = family_columns(runs_table)
+    families = build_families(kept, columns)
+    out = []
+    for values, i in zip(kept[columns].itertuples(index=False, name=None), kept["index"]):
+        runs[i].family = families[values]
+        out.append(runs[i])
+    return out
+
+
+def select(
+    runs: list[RunDynamics], lr: Optional[float] = None, presets: Optional[list[str]] = None
+) -> list[RunDynamics]:
+    """Per (family, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
+    seed-mean final validation loss. ``presets``: only these presets' families (as ``eval transfer
+    --presets``)."""
+    if presets:
+        known = sorted({r.preset for r in runs})
+        if unknown := [p for p in presets if p not in known]:
+            raise DynamicsError(f"--presets {unknown}: no runs of them; the runs' presets are {known}")
+        runs = [r for r in runs if r.preset in presets]
+    groups: dict[tuple[Optional[Family], int], list[RunDynamics]] = {}
+    for r in runs:
+        groups.setdefault((r.family, r.num_layers), []).append(r)
     chosen = []
     for members in groups.values():
         by_lr: dict[float, list[RunDynamics]] = {}
@@ -159,7 +249,11 @@ def select(runs: list[RunDynamics], lr: Optional[float] = None) -> list[RunDynam
                       for x, rs in by_lr.items()}  # fmt: skip
             best = min(scored, key=lambda x: scored[x])
         chosen += by_lr[best]
-    return sorted(chosen, key=lambda r: (r.preset, r.num_layers, r.seed))
+    return sorted(chosen, key=lambda r: (_family_order(r), r.num_layers, r.seed))
+
+
+def _family_order(run: RunDynamics) -> tuple:
+    return run.family.sort_key() if run.family else ((2, run.preset),)
 
 
 def _step_at(run: RunDynamics, fraction: float) -> int:
@@ -237,15 +331,23 @@ def exponent(
 
 
 def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000) -> dict[str, Any]:
-    """Exponents per preset, quantity and fraction; the per-step series (mean over blocks and
-    seeds) per preset and depth for the figures."""
-    presets = sorted({r.preset for r in runs})
-    result: dict[str, Any] = {"presets": presets, "fractions": fractions, "exponents": [], "series": {}}
-    for preset in presets:
-        mine = [r for r in runs if r.preset == preset]
+    """Exponents per family (in ``eval transfer``'s order, with its labels), quantity and
+    fraction; the per-step series (mean over blocks and seeds) per family and depth for the figures."""
+    ordered = sorted({r.label: r for r in runs}.values(), key=_family_order)
+    families = [r.label for r in ordered]
+    result: dict[str, Any] = {
+        "families": families,
+        "presets": list(dict.fromkeys(r.preset for r in ordered)),
+        "fractions": fractions,
+        "exponents": [],
+        "series": {},
+    }
+    for first in ordered:
+        mine = [r for r in runs if r.label == first.label]
+        tag = {"family": first.label, "preset": first.preset, "keys": first.family.key_dict() if first.family else {}}
         for quantity in QUANTITIES:
             for fraction in fractions:
-                result["exponents"].append({"preset": preset, **exponent(quantity, mine, fraction, n_boot)})
+                result["exponents"].append({**tag, **exponent(quantity, mine, fraction, n_boot)})
         series: dict[str, dict[str, dict[str, list]]] = {}
         for depth in sorted({r.num_layers for r in mine}):
             at_depth = [r for r in mine if r.num_layers == depth]
@@ -255,29 +357,30 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
                                              for v in r.per_layer[quantity].get(s, {}).values()])))
                       for s in steps]  # fmt: skip
                 series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys}
-        result["series"][preset] = series
+        result["series"][first.label] = series
     result["runs"] = [
-        {"run_dir": str(r.run_dir), "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr, "seed": r.seed}
+        {"run_dir": str(r.run_dir), "family": r.label, "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr,
+         "seed": r.seed}
         for r in runs
-    ]
+    ]  # fmt: skip
     return result
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The exponent table: measured [95% CI] next to expected, per preset, quantity, fraction."""
+    """The exponent table: measured [95% CI] next to expected, per family, quantity, fraction."""
     lines = [
-        "| preset | quantity | fraction | exponent vs depth [95% CI] | expected (init / first steps) | depths |",
+        "| family | quantity | fraction | exponent vs depth [95% CI] | expected (init / first steps) | depths |",
         "|---|---|---|---|---|---|",
     ]
     for e in result["exponents"]:
         measured = "-" if e["value"] is None else f"{e['value']:+.3f} [{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]"
         expected = "-" if e["expected"] is None else f"{e['expected']:+.3f}"
         lines.append(
-            f"| {e['preset']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
+            f"| {e['family']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
             f"{', '.join(map(str, e['depths']))} |"
         )
     notes = {}
-    for e in result["exponents"]:  # the same for every quantity of a preset and fraction
+    for e in result["exponents"]:  # the same for every quantity of a family and fraction
         said = []
         if e.get("runs_from_source"):
             said.append(f"{e['runs_from_source']} run(s) are cooldown branches whose rows there are their source's "
@@ -286,5 +389,5 @@ def markdown(result: dict[str, Any]) -> str:
             said.append(f"{e['runs_absent_before_branch']} branch run(s) are left out: their source logged no "
                         "diagnostics before the branch step")  # fmt: skip
         if said:
-            notes.setdefault(f"{e['preset']} at fraction {e['fraction']:g}: " + "; ".join(said), None)
+            notes.setdefault(f"{e['family']} at fraction {e['fraction']:g}: " + "; ".join(said), None)
     return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in notes) + ("\n" if notes else "")

@@ -1,5 +1,5 @@
 """The figure of ``eval dynamics``: each quantity against training step, one curve per depth
-(a row per preset), and the measured exponents against depth next to the expected ones."""
+(a row per family, eval transfer's labels and order), and the measured exponents against depth next to the expected ones."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    presets = result["presets"]
-    fig, axes = plt.subplots(len(presets) + 1, len(QUANTITIES), figsize=(4.2 * len(QUANTITIES), 3.4 * (len(presets) + 1)),
+    families = result["families"]
+    fig, axes = plt.subplots(len(families) + 1, len(QUANTITIES), figsize=(4.2 * len(QUANTITIES), 3.4 * (len(families) + 1)),
                              squeeze=False)  # fmt: skip
-    for row, preset in zip(axes, presets):
-        series = result["series"][preset]
+    for row, family in zip(axes, families):
+        series = result["series"][family]
         depths = sorted(series[QUANTITIES[0]], key=int)
         colors = plt.cm.plasma(np.linspace(0.0, 0.85, max(len(depths), 1)))
         for ax, quantity in zip(row, QUANTITIES):
@@ -37,22 +37,22 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
                 if s["steps"]:
                     ax.plot(s["steps"], s["values"], color=color, label=f"L={depth}")
             ax.set_yscale("log")
-            ax.set_title(f"{preset}: {LABELS[quantity]}", fontsize=8)
+            ax.set_title(f"{family}\n{LABELS[quantity]}", fontsize=7)  # a long family label on its own line
             ax.set_xlabel("step")
             ax.grid(alpha=0.3, which="both")
         row[0].legend(fontsize=7)
     bottom = axes[-1]
     for ax, quantity in zip(bottom, QUANTITIES):
-        for i, preset in enumerate(presets):
-            rows = [e for e in result["exponents"] if e["preset"] == preset and e["quantity"] == quantity]
+        for i, family in enumerate(families):
+            rows = [e for e in result["exponents"] if e["family"] == family and e["quantity"] == quantity]
             xs = [e["fraction"] + 0.02 * i for e in rows if e["value"] is not None]
             ys = [e["value"] for e in rows if e["value"] is not None]
             err = [[e["value"] - e["ci"][0] for e in rows if e["value"] is not None],
                    [e["ci"][1] - e["value"] for e in rows if e["value"] is not None]]  # fmt: skip
-            ax.errorbar(xs, ys, yerr=err, fmt="o", color=f"C{i}", capsize=3, label=f"{preset} measured")
+            ax.errorbar(xs, ys, yerr=err, fmt="o", color=f"C{i}", capsize=3, label=f"{family} measured")
             expected = [e["expected"] for e in rows if e["expected"] is not None]
             if expected:
-                ax.axhline(expected[0], color=f"C{i}", ls="--", lw=1, label=f"{preset} expected {expected[0]:+.2f}")
+                ax.axhline(expected[0], color=f"C{i}", ls="--", lw=1, label=f"{family} expected {expected[0]:+.2f}")
         ax.set_title(f"exponent vs depth: {quantity}", fontsize=8)
         ax.set_xlabel("fraction of training")
         ax.grid(alpha=0.3)

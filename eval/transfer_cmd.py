@@ -67,7 +67,8 @@ def _goal(text: str) -> tuple[str, float]:
     return name, target
 
 
-def _condition(text: str) -> tuple[str, str]:
+def where_condition(text: str) -> tuple[str, str]:
+    """One `--where COLUMN=VALUE` (eval transfer, eval dynamics)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or not value.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected COLUMN=VALUE, e.g. model.block=linear1")
@@ -113,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--where",
         nargs="+",
-        type=_condition,
+        type=where_condition,
         default=[],
         metavar="COLUMN=VALUE",
         help="only the rows whose column holds this value, e.g. model.block=linear1: one variant of a study that "

@@ -134,3 +134,98 @@ def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path)
         "sp at fraction 0.25: 2 branch run(s) are left out: their source logged no diagnostics"
         in (tmp_path / "out2" / "dynamics.md").read_text()
     )
+
+
+def _family_run(root: Path, run_id: str, preset: str, L: int, lr: float, seed: int, loss: float, k: float, rng,
+                table: dict | None = None) -> None:  # fmt: skip
+    """update_ratio = 0.01 * L^k (x 2% noise per layer and step) at steps 10..40; a run of a sweep (runs/<ID>)."""
+    rd = root / "runs" / run_id
+    rd.mkdir(parents=True)
+    rows = []
+    for step in (10, 20, 30, 40):
+        for layer in range(L):
+            value = 0.01 * L**k * math.exp(rng.normal(0, 0.02))
+            for role in ("hidden_in", "hidden_out"):
+                rows.append({"step": step, "layer": layer, "role": role, "param": f"decoder.layers.{layer}.{role}",
+                             "weight_rms": 1.0, "update_rms": value, "update_ratio": value})  # fmt: skip
+            rows.append({"step": step, "layer": layer, "kind": "residual", "rms": 1.0})
+    (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "parametrization.json").write_text(json.dumps(table or _table(preset, L)))
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": lr, "seed": seed, "final_val_loss": loss}
+    (rd / "summary.json").write_text(json.dumps(summary))
+
+
+def test_families_of_a_sweep_are_fitted_apart(tmp_path):
+    """A cooldown-like sweep: two floors (optimizer.min_lr_ratio 0.0 and 0.1) at the same preset,
+    depths, LRs and seeds. Planted at the best LR 0.01: update_ratio ~ L^-1/2 with floor 0.0,
+    L^+1/2 with floor 0.1 (LR 0.04, worse loss: L^2, never selected). Each family gets its own
+    exponent, label and place as eval transfer gives them; before, both floors were pooled as
+    seeds of one 'depth_mup' (exponent ~0). --where keeps one floor, --presets is checked."""
+    from eval.__main__ import main
+    from eval.curves import build_curves
+    from eval.dynamics import DynamicsError
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(1)
+    header = ["run_id", *CANONICAL_KEYS, "optimizer.min_lr_ratio", *TAIL_COLUMNS]
+    lines = [",".join(header)]
+    for floor, k in (("0.1", 0.5), ("0.0", -0.5)):  # the table's row order is not the report's
+        for L in (2, 4, 8):
+            for lr, loss, planted in ((0.01, 3.0, k), (0.04, 3.5, 2.0)):
+                for seed in (0, 1):
+                    run_id = f"f{floor}-L{L}-lr{lr}-s{seed}"
+                    _family_run(tmp_path, run_id, "depth_mup", L, lr, seed, loss, planted, rng)
+                    lines.append(f"{run_id},depth_mup,{L},{lr},{seed},1.0,2,64,{floor},completed,40,1.0,{loss}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(0.5, 1.0), n_boot=200)
+    labels = ["depth_mup (optimizer.min_lr_ratio=0.0)", "depth_mup (optimizer.min_lr_ratio=0.1)"]
+    assert result["families"] == labels == [f.label for f in build_curves(read_results(tmp_path), [1.0]).families]
+    got = {(e["family"], e["fraction"]): e for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    for label, k in zip(labels, (-0.5, 0.5)):
+        for fraction in (0.5, 1.0):
+            e = got[(label, fraction)]
+            assert e["value"] == pytest.approx(k, abs=0.03), e
+            assert e["ci"][0] <= e["value"] <= e["ci"][1] and e["runs_per_depth"] == {"2": 2, "4": 2, "8": 2}
+    assert {(r["family"], r["lr"]) for r in result["runs"]} == {(labels[0], 0.01), (labels[1], 0.01)}
+    text = (tmp_path / "out" / "dynamics.md").read_text()
+    assert text.index(f"| {labels[0]} | update_ratio | 1 | -0.") < text.index(f"| {labels[1]} | update_ratio | 1 | +0.")
+    assert set(result["series"]) == set(labels)
+
+    one = write_dynamics([tmp_path], tmp_path / "o2", fractions=(1.0,), n_boot=50, figures=False,
+                         where=[("optimizer.min_lr_ratio", "0.1")])  # fmt: skip
+    assert one["families"] == ["depth_mup"]  # alone, nothing tells it apart: transfer's label too
+    assert {r["run_dir"].split("/")[-1][:4] for r in one["runs"]} == {"f0.1"}
+    assert [round(e["value"], 1) for e in one["exponents"] if e["quantity"] == "update_ratio"] == [0.5]
+    with pytest.raises(DynamicsError, match=r"--where optimizer.min_lr_ratio=0.5: no row has it"):
+        write_dynamics([tmp_path], tmp_path / "o3", figures=False, where=[("optimizer.min_lr_ratio", "0.5")])
+    assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o4"), "--presets", "sp"]) == 2
+    assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o5"), "--no-figures", "--bootstrap", "20",
+                 "--where", "optimizer.min_lr_ratio=0.0", "--presets", "depth_mup"]) == 0  # fmt: skip
+
+
+def test_custom_arms_without_a_table_are_fitted_apart(tmp_path):
+    """Run directories given without results.csv: two custom arms (alpha 1/2 and alpha 1) at the
+    same depths and LR are two families, labelled as eval transfer labels them (their alpha and
+    gamma from parametrization.json), with their own planted exponents; depth_mup beside them."""
+    from eval.dynamics_cmd import write_dynamics
+
+    rng = np.random.default_rng(2)
+    for name, alpha, gamma, k in (("a100", 1.0, 0.0, 0.5), ("a050", 0.5, 0.5, -0.5), ("dm", None, None, 0.0)):
+        for L in (2, 4, 8):
+            table = _table("depth_mup", L)
+            if alpha is not None:
+                table.update(preset="custom", alpha=alpha, gamma=gamma)
+            _family_run(tmp_path, f"{name}-L{L}", "depth_mup" if alpha is None else "custom", L, 0.01, 0, 3.0, k,
+                        rng, table)  # fmt: skip
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=50, figures=False)
+    labels = [
+        "custom (parametrization.alpha=0.5, parametrization.gamma=0.5)",
+        "custom (parametrization.alpha=1.0, parametrization.gamma=0.0)",
+        "depth_mup",
+    ]
+    assert result["families"] == labels
+    got = {e["family"]: e["value"] for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    assert got == pytest.approx(dict(zip(labels, (-0.5, 0.5, 0.0))), abs=0.03)

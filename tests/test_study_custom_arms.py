@@ -203,16 +203,6 @@ def test_plan_shows_the_arms(capsys):
     assert "6 run configs (variant x preset x depth) checked" in out
 
 
-def test_eval_dynamics_keeps_custom_arms_apart():
-    """eval dynamics groups runs by preset: two custom arms (alpha 1/2 and 1) used to be fitted
-    as one preset 'custom'; each is now named with its alpha and gamma, fixed presets as before."""
-    from eval.dynamics import _preset_label
-
-    assert _preset_label("custom", {"alpha": 0.5, "gamma": 0.5}) == "custom (alpha=0.5, gamma=0.5)"
-    assert _preset_label("custom", {"alpha": 1.0, "gamma": 0.0}) == "custom (alpha=1, gamma=0)"
-    assert _preset_label("depth_mup", {"alpha": 0.5, "gamma": 0.5}) == "depth_mup"
-
-
 def test_a_custom_arm_changed_on_the_same_out_is_refused(tmp_path, monkeypatch):
     """The study directory holds runs of arm a100 (alpha 1, gamma 0); the study file now gives
     a100 alpha 0.9. The analysis tells custom arms apart by their values, so the old runs would
