@@ -8,7 +8,7 @@ never need it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,16 @@ class RunConfigs:
         """
         try:
             cfg = self._builder.build(overrides)
+            cfg.check_data_source()
+        except (ConfigError, ValueError) as exc:
+            raise LaunchError(f"{where}{exc}") from None
+        return cfg
+
+    def load_with(self, loaded: Any, values: Mapping[str, Any], overrides: Sequence[str], *, where: str = "") -> Any:
+        """:meth:`load` of ``overrides``, which differ from those ``loaded`` came from only in ``values``
+        (dotted keys -> typed values): ``runconfig.ConfigBuilder.build_with``, the same config or error."""
+        try:
+            cfg = self._builder.build_with(loaded, values, overrides)
             cfg.check_data_source()
         except (ConfigError, ValueError) as exc:
             raise LaunchError(f"{where}{exc}") from None

@@ -304,7 +304,8 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
 
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
     configs = RunConfigs(base, where=f"{where}: overrides: ")  # the base file read and merged once
-    base_flat = flat_config(_load_in_context(configs, fixed_args, context(), f"{where}: overrides: "))
+    base_cfg = _load_in_context(configs, fixed_args, context(), f"{where}: overrides: ")
+    base_flat = flat_config(base_cfg)
     for key in raw_fixed:
         if key not in base_flat:
             raise LaunchError(f"{where}: overrides: '{key}' is a section, not a single setting")
@@ -343,7 +344,10 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     seen: dict[str, dict[str, Any]] = {}
     for point in points:
         point_args = [format_override(k, v) for k, v in point.items()]
-        cfg = configs.load([*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
+        # base_cfg with the point's typed values: every check runs, without a merge per point
+        cfg = configs.load_with(
+            base_cfg, point, [*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: "
+        )
         try:  # each run is one trainer over executor.gpus_per_run GPUs (one process on CPU)
             validate_layout(cfg, max(1, spec.executor.gpus_per_run))
         except ValueError as exc:

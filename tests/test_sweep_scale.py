@@ -77,16 +77,23 @@ def test_status_parses_sweep_and_run_configs_with_libyaml(tmp_path, monkeypatch,
 def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
     # Re-expanding a 2000-point spec (every `launch sweep` rerun) took 227 s on the 2-core
     # machine, ~0.1 s per point, most of it building the schema's defaults and merging the base
-    # file again for each point and each grid value; now they are built once (63 s).
+    # file again for each point and each grid value; now they are built once (63 s). Each point
+    # then still merged its overrides into a deep copy of the whole tree (53 s for 2000 points in
+    # benchmarks/sweep_scale.py, ~25 ms each in OmegaConf's merge, from_dotlist, to_object); now
+    # the loaded base config is built again with the point's typed values (every __post_init__
+    # check, the cross-section ones included): one merge per grid value, whatever the points.
     from omegaconf import OmegaConf
 
-    built = []
-    structured = OmegaConf.structured
+    built, merges = [], []
+    structured, merge = OmegaConf.structured, OmegaConf.merge
     monkeypatch.setattr(OmegaConf, "structured", lambda *a, **k: built.append(a) or structured(*a, **k))
+    monkeypatch.setattr(OmegaConf, "merge", lambda *a, **k: merges.append(a) or merge(*a, **k))
     spec, sweep_dir = _sweep(tmp_path)
     plan = expand(spec, load_spec(spec))
     assert len(plan.runs) == 10
     assert len(built) == 2  # the spec's schema (load_spec) and the run config's, once each
+    # the spec file, the base file, the fixed overrides, then 2 + 5 grid values: 10 (was 20: one more per point)
+    assert len(merges) == 10
     # the same values and the same refusals as one load per point
     point = plan.runs[-1]
     args = [f"{k}={v}" for k, v in {**plan.fixed, **point.point}.items()]
@@ -103,6 +110,21 @@ def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
         "parallel.pipeline_model_parallel_size: 2 does not divide model.num_layers=3"
     )
     assert str(refused.value).endswith(str(alone.value))
+    # a combination refused by a cross-key check: the message of a full load, naming the point
+    grid = {"training.global_batch_size": [12, 8], "training.micro_batch_size": [3, 4]}
+    allow = ["training.global_batch_size", "training.micro_batch_size"]
+    bad2 = derived_spec(tmp_path, name="bad2.yaml", grid=grid, overrides={"training.steps": 8}, allow_grid_keys=allow)
+    with pytest.raises(LaunchError) as refused_point:
+        expand(bad2, load_spec(bad2))
+    with pytest.raises(LaunchError) as point_alone:
+        load_run_config(
+            plan.base_config_source, ["training.steps=8", "training.global_batch_size=8", "training.micro_batch_size=3"]
+        )
+    assert str(refused_point.value).startswith(
+        f"sweep spec {bad2}: grid point {{training.global_batch_size=8, training.micro_batch_size=3}}: "
+    )
+    assert str(refused_point.value).endswith(str(point_alone.value))
+    assert "training.global_batch_size" in str(point_alone.value)
 
 
 SBATCH_COUNTING = """n=$(( $(cat "$DUMP_DIR/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$DUMP_DIR/n"
