@@ -25,7 +25,7 @@ from launch.errors import LaunchError
 from launch.run_configs import load_run_config
 from launch.sweep_dir import read_plan, run_dir, write_plan
 from launch.sweep_spec import expand, load_spec
-from runconfig import dump_yaml, load_config
+from runconfig import dump_yaml, load_config, load_yaml
 from runconfig.schema import RunConfig
 from tests.launch_fixtures.helpers import REPO, derived_spec, env_with, read_csv, stub_bin, use_fake_trainer
 
@@ -72,6 +72,69 @@ def test_status_parses_sweep_and_run_configs_with_libyaml(tmp_path, monkeypatch,
     assert {r["model.hidden_size"] for r in rows if r["run_id"] == first.run_id} == {"128"}
     assert {r["model.hidden_size"] for r in rows if r["run_id"] != first.run_id} == {"64"}
     assert len(read_plan(sweep_dir).runs) == 10
+
+
+def test_results_csv_parses_each_version_of_a_runs_config_once(tmp_path, monkeypatch, capsys):
+    # Every results.csv writer (status, the end of sweep/run, each array task) parsed every run's
+    # config.yaml again: 12 of the 16 s of a build over 10000 runs (benchmarks/sweep_scale.py).
+    # Now the values are kept in results.configs.json under each file's stat.
+    import launch.status as status
+
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    started = plan.runs[:3]
+    for run in started:
+        cfg = load_config(RunConfig, sweep_dir / "base_config.yaml", plan.train_invocation(sweep_dir, run).overrides)
+        run_dir(sweep_dir, run.run_id).mkdir(parents=True)
+        (run_dir(sweep_dir, run.run_id) / "config.yaml").write_text(dump_yaml(cfg))
+    parsed = []
+    monkeypatch.setattr(status, "load_yaml", lambda text: parsed.append(text) or load_yaml(text))
+
+    def status_csv() -> bytes:
+        parsed.clear()
+        assert main(["status", str(sweep_dir)]) == 75
+        assert "pending    10" in capsys.readouterr().out
+        return (sweep_dir / "results.csv").read_bytes()
+
+    first = status_csv()
+    assert len(parsed) == 3  # the three runs that have a config.yaml
+    assert status_csv() == first and parsed == []  # none changed: none parsed
+    cfg.model.hidden_size = 128  # the last started run's config.yaml rewritten
+    (run_dir(sweep_dir, started[-1].run_id) / "config.yaml").write_text(dump_yaml(cfg))
+    status_csv()
+    assert len(parsed) == 1
+    rows = read_csv(sweep_dir / "results.csv")
+    assert len(rows) == 20  # 10 runs x eval.at [0.5, 1.0]
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] == started[-1].run_id} == {"128"}
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] != started[-1].run_id} == {"64"}
+    (sweep_dir / "results.configs.json").write_text("{")  # a broken cache is rebuilt
+    again = status_csv()
+    assert len(parsed) == 3 and again == (sweep_dir / "results.csv").read_bytes()
+    assert again != first and status_csv() == again and parsed == []
+
+
+def test_sweep_yaml_is_parsed_once_per_version(tmp_path, monkeypatch):
+    # status and each array task parsed sweep.yaml: 4.6 s for 10000 runs. Its parse is kept as JSON
+    # under its stat (sweep.cache.json): the same plan, a rewritten sweep.yaml read afresh.
+    import launch.sweep_dir as sweep_dir_module
+
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    parsed = []
+    plan_text = (sweep_dir / "sweep.yaml").read_text
+    monkeypatch.setattr(
+        sweep_dir_module, "load_yaml", lambda text: (text == plan_text() and parsed.append(text)) or load_yaml(text)
+    )
+    reads = [read_plan(sweep_dir) for _ in range(3)]
+    assert len(parsed) == 1 and (sweep_dir / "sweep.cache.json").is_file()
+    assert [r.to_dict() for r in reads] == [plan.to_dict()] * 3
+    plan.runs = plan.runs[:4]
+    write_plan(sweep_dir, plan)  # another expansion: a new sweep.yaml
+    assert [r.run_id for r in read_plan(sweep_dir).runs] == [r.run_id for r in plan.runs] and len(parsed) == 2
+    (sweep_dir / "sweep.cache.json").write_text('{"stamp": 1}')  # broken: passed by and rewritten
+    assert len(read_plan(sweep_dir).runs) == 4 and len(read_plan(sweep_dir).runs) == 4 and len(parsed) == 3
 
 
 def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
