@@ -8,7 +8,9 @@ never need it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +63,10 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = (), *, where: s
 def flat_config(cfg: Any) -> dict[str, Any]:
     """``{"model.num_layers": 4, ...}`` of a loaded config."""
     return flatten(to_dict(cfg))
+
+
+def config_values(cfg: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """``{key: value}`` of a loaded config for the dotted ``keys`` (each a single setting): the
+    entries of :func:`flat_config` without flattening the whole tree (a third of a 10000-point
+    expansion); values are copies, as there."""
+    return {key: copy.deepcopy(functools.reduce(getattr, key.split("."), cfg)) for key in keys}

@@ -23,7 +23,7 @@ from omegaconf import MISSING
 from jobscripts.scripts import SlurmOptions
 from launch.commands import TrainerSpec, format_override, trainer_command
 from launch.errors import LaunchError
-from launch.run_configs import RunConfigs, flat_config
+from launch.run_configs import RunConfigs, config_values, flat_config
 from launch.run_ids import run_id
 from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
@@ -354,7 +354,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
             raise LaunchError(
                 f"{where}: grid point {_describe(point)}: with executor.gpus_per_run={spec.executor.gpus_per_run}: {exc}"
             ) from None
-        flat = flat_config(cfg)
+        flat = config_values(cfg, [*CANONICAL_KEYS, *grid, EVAL_AT_KEY, STEPS_KEY])
         resolved = {
             **canonical_values(flat),
             **{key: flat[key] for key in grid if key not in CANONICAL_KEYS},
