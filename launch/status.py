@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from rundir.contract import (
 from rundir.files import branch_source, read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
+FAILED_LISTED = 20  # failed runs status names one by one; the others are counted by their detail
 RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states while holding it
 # A run's state as results.csv records it (a running run is not finished: pending).
 RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
@@ -306,8 +308,17 @@ def print_report(
     failed = [(rid, s) for rid, s in states.items() if s.status == Status.FAILED]
     if failed:
         print("failed runs (their trainer output: runs/<ID>/launch/output.log):", file=out)
-        for rid, state in failed:
+        for rid, state in failed[:FAILED_LISTED]:
             print(f"  {rid}: {state.detail}", file=out)
+        rest = Counter(state.detail for _, state in failed[FAILED_LISTED:])
+        if rest:  # a sweep of thousands of runs: the others counted by what their last attempt did
+            print(f"  ... {sum(rest.values())} more (column status of results.csv names them all):", file=out)
+            common = rest.most_common(FAILED_LISTED // 2)
+            for detail, n in common:
+                print(f"  {n:>5} x {detail}", file=out)
+            if len(rest) > len(common):
+                others = sum(rest.values()) - sum(n for _, n in common)
+                print(f"  {others:>5} x {len(rest) - len(common)} other details", file=out)
     if queue is not None:
         _print_queue(states, queue, out)
     orphans = orphan_run_dirs(sweep_dir, plan)

@@ -114,6 +114,42 @@ def test_results_csv_parses_each_version_of_a_runs_config_once(tmp_path, monkeyp
     assert again != first and status_csv() == again and parsed == []
 
 
+def test_status_names_twenty_failed_runs_and_counts_the_others(tmp_path, capsys):
+    # status printed one line per failed run: a sweep of 10000 runs that all failed the same way
+    # (a bad module on the nodes) printed 10000 lines under the counts. Now it names 20 and
+    # counts the others by their detail.
+    spec, sweep_dir = _sweep(
+        tmp_path, grid={"model.num_layers": [2, 4, 8], "optimizer.lr": {"log2_range": [-12, -3, 1]}}
+    )
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    assert len(plan.runs) == 30
+    for i, run in enumerate(plan.runs):
+        rd = run_dir(sweep_dir, run.run_id)
+        rd.mkdir(parents=True)
+        for _ in range(3 if i < 25 else 1):  # 25 out of retries, the last 5 refused their config once
+            attempts.finish(
+                rd,
+                attempts.begin(rd, os.getpid()),
+                1 if i < 25 else 2,
+                "failed" if i < 25 else "invalid",
+                held_lock=True,
+            )
+    assert main(["status", str(sweep_dir)]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "  failed     30" in lines
+    start = lines.index("failed runs (their trainer output: runs/<ID>/launch/output.log):")
+    gave_up = "last attempt: failed (exit 1); 3 failed attempt(s), limit 2: gave up"
+    assert lines[start + 1 : start + 21] == [f"  {r.run_id}: {gave_up}" for r in plan.runs[:20]]
+    assert lines[start + 21 : start + 24] == [
+        "  ... 10 more (column status of results.csv names them all):",
+        f"      5 x {gave_up}",
+        "      5 x last attempt: invalid (exit 2); 1 failed attempt(s), limit 2",
+    ]
+    assert sum(1 for r in read_csv(sweep_dir / "results.csv") if r["status"] == "failed") == 60  # 30 runs x 2 evals
+
+
 def test_sweep_yaml_is_parsed_once_per_version(tmp_path, monkeypatch):
     # status and each array task parsed sweep.yaml: 4.6 s for 10000 runs. Its parse is kept as JSON
     # under its stat (sweep.cache.json): the same plan, a rewritten sweep.yaml read afresh.
