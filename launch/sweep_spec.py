@@ -25,7 +25,7 @@ from launch.commands import TrainerSpec, format_override, trainer_command
 from launch.errors import LaunchError
 from launch.run_configs import RunConfigs, config_values, flat_config
 from launch.run_ids import run_id
-from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
+from launch.sweep_plan import CACHE_DIR_KEY, ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
 from runconfig.validate import validate_layout
 from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, INIT_FROM_KEY, STEPS_KEY, canonical_values
@@ -377,4 +377,5 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         slurm=asdict(spec.slurm),
         train_cmd=trainer_command(train_cmd if train_cmd is not None else spec.train_cmd),
         runs=runs,
+        shared_index_cache=base_flat[CACHE_DIR_KEY] is None and CACHE_DIR_KEY not in grid,
     )
