@@ -11,7 +11,8 @@ x size/100 seeds) is timed through:
   them (``runconfig.dump_yaml`` of the run's config, ``rundir.files.metrics_line`` rows,
   ``write_summary``, ``launch.attempts``; a quarter of the runs preempted half-way), with a
   planted loss ``3 + 0.05 (log2 lr - opt(depth))^2`` so that ``eval transfer`` has optima;
-- ``status``: ``python -m launch status DIR`` (every run's state, results.csv written);
+- ``status``: ``python -m launch status DIR`` (every run's state, results.csv written), then
+  ``status_again`` (the same files: what a later status or array task pays);
 - ``results.csv``: ``launch.status.write_results`` alone, from states already read;
 - ``transfer``: ``python -m eval transfer DIR --no-figures --bootstrap 200``.
 
@@ -166,6 +167,7 @@ def bench(tmp: Path, runs: int, steps: int, log_interval: int, profile: int) -> 
     write_runs(sweep_dir, steps, log_interval)
     print(f"[{runs}] wrote the run directories in {time.perf_counter() - t:.1f} s", flush=True)
     record("status_s", timed(["launch", "status", str(sweep_dir)], profile), ok=(75,))
+    record("status_again_s", timed(["launch", "status", str(sweep_dir)], profile), ok=(75,))
     record("results_csv_s", time_results_csv(sweep_dir, profile))
     args = ["eval", "transfer", str(sweep_dir), "--out", str(tmp / f"transfer{runs}"), "--no-figures"]
     record("transfer_s", timed([*args, "--bootstrap", "200"], profile))
@@ -185,9 +187,10 @@ def main() -> int:
         tmp = Path(args.keep or tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
         results = [bench(tmp, n, args.steps, args.log_interval, args.profile) for n in args.sizes]
-    print("\nruns    plan_s  status_s  results_csv_s  transfer_s")
+    names = ["plan_s", "status_s", "status_again_s", "results_csv_s", "transfer_s"]
+    print("\nruns   " + "".join(f"{n:>16}" for n in names))
     for r in results:
-        print(f"{r['runs']:<7} {r['plan_s']:>6} {r['status_s']:>9} {r['results_csv_s']:>14} {r['transfer_s']:>11}")
+        print(f"{r['runs']:<7}" + "".join(f"{r[n]:>16}" for n in names))
     return 0
 
 
