@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -31,13 +30,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launch import attempts  # noqa: E402
-from launch.sweep_dir import run_dir, write_plan  # noqa: E402
+from sweep_scale import write_runs  # noqa: E402  (benchmarks/, this script's folder)
+
+from launch.sweep_dir import write_plan  # noqa: E402
 from launch.sweep_spec import expand, load_spec  # noqa: E402
-from runconfig import dump_yaml, load_config  # noqa: E402
-from runconfig.schema import RunConfig, run_identity  # noqa: E402
-from rundir.contract import Status  # noqa: E402
-from rundir.files import EvalRecord, RunSummary, metrics_line, write_summary  # noqa: E402
 
 
 def make_sweep(tmp: Path, runs: int, steps: int, log_interval: int) -> Path:
@@ -58,30 +54,7 @@ def make_sweep(tmp: Path, runs: int, steps: int, log_interval: int) -> Path:
     sweep_dir = tmp / "sweep"
     sweep_dir.mkdir()
     write_plan(sweep_dir, plan)
-    first = plan.runs[0]
-    cfg = load_config(RunConfig, sweep_dir / "base_config.yaml", plan.train_invocation(sweep_dir, first).overrides)
-    for i, run in enumerate(plan.runs):
-        rd = run_dir(sweep_dir, run.run_id)
-        rd.mkdir(parents=True)
-        # the first run's loaded config with this run's grid values (loading each would take minutes)
-        cfg.model.num_layers, cfg.optimizer.lr = run.point["model.num_layers"], run.point["optimizer.lr"]
-        cfg.run.dir = str(rd)
-        (rd / "config.yaml").write_text(dump_yaml(cfg))
-        done = i % 4 != 3
-        reached = steps if done else steps // 2
-        evals = [EvalRecord(round(f * steps), f, 3.0 + i * 1e-4) for f in cfg.eval.at if round(f * steps) <= reached]
-        lines = [metrics_line({"kind": "train", "step": s, "loss": 3.5, "lr": 1e-3, "grad_norm": 1.0})
-                 for s in range(log_interval, reached + 1, log_interval)]  # fmt: skip
-        lines += [metrics_line({"kind": "eval", "step": e.step, "fraction": e.fraction, "val_loss": e.val_loss})
-                  for e in evals]  # fmt: skip
-        (rd / "metrics.jsonl").write_text("".join(lines))
-        attempt = attempts.begin(rd, os.getpid())
-        status = Status.COMPLETED if done else Status.PREEMPTED
-        attempts.finish(rd, attempt, 0 if done else 75, status.value, held_lock=True)
-        write_summary(
-            rd,
-            RunSummary(status=status, steps=reached, target_steps=steps, evals=tuple(evals), **run_identity(cfg)),
-        )
+    write_runs(sweep_dir, steps, log_interval)
     return sweep_dir
 
 

@@ -8,7 +8,9 @@ never need it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,16 @@ class RunConfigs:
             raise LaunchError(f"{where}{exc}") from None
         return cfg
 
+    def load_with(self, loaded: Any, values: Mapping[str, Any], overrides: Sequence[str], *, where: str = "") -> Any:
+        """:meth:`load` of ``overrides``, which differ from those ``loaded`` came from only in ``values``
+        (dotted keys -> typed values): ``runconfig.ConfigBuilder.build_with``, the same config or error."""
+        try:
+            cfg = self._builder.build_with(loaded, values, overrides)
+            cfg.check_data_source()
+        except (ConfigError, ValueError) as exc:
+            raise LaunchError(f"{where}{exc}") from None
+        return cfg
+
 
 def load_run_config(path: str | Path, overrides: Sequence[str] = (), *, where: str = "") -> Any:
     """The validated ``RunConfig`` a trainer would build from ``path`` and ``overrides``
@@ -51,3 +63,10 @@ def load_run_config(path: str | Path, overrides: Sequence[str] = (), *, where: s
 def flat_config(cfg: Any) -> dict[str, Any]:
     """``{"model.num_layers": 4, ...}`` of a loaded config."""
     return flatten(to_dict(cfg))
+
+
+def config_values(cfg: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """``{key: value}`` of a loaded config for the dotted ``keys`` (each a single setting): the
+    entries of :func:`flat_config` without flattening the whole tree (a third of a 10000-point
+    expansion); values are copies, as there."""
+    return {key: copy.deepcopy(functools.reduce(getattr, key.split("."), cfg)) for key in keys}

@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from jobscripts.atomic import atomic_write_text
 from launch import attempts
 from launch.run_state import STATUSES, RunState, run_state
 from launch.sweep_dir import orphan_run_dirs, run_dir
-from launch.sweep_plan import PlannedRun, SweepPlan
+from launch.sweep_plan import SweepPlan
 from runconfig import flatten, load_yaml
 from rundir.contract import (
     BRANCH_COLUMNS,
@@ -46,6 +47,7 @@ from rundir.contract import (
 from rundir.files import branch_source, read_metrics, read_summary
 
 FRACTION_ATOL = 1e-6
+FAILED_LISTED = 20  # failed runs status names one by one; the others are counted by their detail
 RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states while holding it
 # A run's state as results.csv records it (a running run is not finished: pending).
 RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
@@ -120,13 +122,56 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _run_config(rd: Path, run: PlannedRun) -> dict[str, Any]:
-    """The expansion-time values, overlaid with the run's own resolved ``config.yaml`` if any."""
-    try:
-        written = load_yaml((rd / CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        written = None
-    return {**run.resolved, **(flatten(written) if isinstance(written, dict) else {})}
+CONFIG_CACHE = "results.configs.json"  # beside results.csv: what it took from each run's config.yaml
+
+
+class WrittenConfigs:
+    """The values of ``keys`` in each run's ``config.yaml``, each version of the file parsed once.
+
+    Parsing every run's ``config.yaml`` was most of a ``results.csv`` build (12 of 16 s over 10000
+    runs), and every writer does it again: ``status``, the end of ``sweep``/``run``, each array
+    task. The values are kept in ``SWEEP_DIR/results.configs.json`` under the file's (inode,
+    mtime, size); a file whose stat differs (rewritten, replaced) is parsed again. The cache is
+    only a shortcut: unreadable, or written for other keys, it is ignored and rebuilt."""
+
+    def __init__(self, sweep_dir: Path, keys: Iterable[str]) -> None:
+        self.path = sweep_dir / CONFIG_CACHE
+        self.keys = sorted(set(keys))
+        self.parsed = 0  # config.yaml files parsed (not found in the cache)
+        self._old: dict[str, Any] = {}
+        self._new: dict[str, Any] = {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data["keys"] == self.keys and isinstance(data["runs"], dict):
+                self._old = data["runs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+
+    def values(self, rd: Path, run_id: str) -> dict[str, Any]:
+        """``keys`` as the run's ``config.yaml`` gives them; {} where it has none (not started)."""
+        path = rd / CONFIG_FILE
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        stamp = [st.st_ino, st.st_mtime_ns, st.st_size]  # taken first: a file replaced after it is parsed again
+        entry = self._old.get(run_id)
+        if isinstance(entry, list) and len(entry) == 2 and entry[0] == stamp and isinstance(entry[1], dict):
+            values = entry[1]
+        else:
+            try:
+                written = load_yaml(path.read_text())
+            except (OSError, yaml.YAMLError):
+                return {}
+            self.parsed += 1
+            flat = flatten(written) if isinstance(written, dict) else {}
+            values = {key: flat[key] for key in self.keys if key in flat}
+        self._new[run_id] = [stamp, values]
+        return values
+
+    def save(self) -> None:
+        if self._new != self._old:
+            atomic_write_text(self.path, json.dumps({"keys": self.keys, "runs": self._new}, separators=(",", ":")))
 
 
 def _metrics_evals(rd: Path) -> list[dict[str, Any]]:
@@ -171,7 +216,15 @@ def eval_points(
 
 
 def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunState]) -> list[list[str]]:
-    configs = {run.run_id: {**plan.fixed, **_run_config(run_dir(sweep_dir, run.run_id), run)} for run in plan.runs}
+    # key values: the expansion's, overlaid with the run's own resolved config.yaml where it has one
+    written = WrittenConfigs(
+        sweep_dir, [*CANONICAL_KEYS, *plan.grid, EVAL_AT_KEY, STEPS_KEY, INIT_MODE_KEY, INIT_FROM_KEY]
+    )
+    configs = {
+        run.run_id: {**plan.fixed, **run.resolved, **written.values(run_dir(sweep_dir, run.run_id), run.run_id)}
+        for run in plan.runs
+    }
+    written.save()
     branches = any(cfg.get(INIT_MODE_KEY) == CONTINUE for cfg in configs.values())
     extra_keys = sorted(k for k in plan.grid if k not in CANONICAL_KEYS and not (branches and k == INIT_FROM_KEY))
     table = [["run_id", *CANONICAL_KEYS, *extra_keys, *(BRANCH_COLUMNS if branches else ()), *TAIL_COLUMNS]]
@@ -255,8 +308,17 @@ def print_report(
     failed = [(rid, s) for rid, s in states.items() if s.status == Status.FAILED]
     if failed:
         print("failed runs (their trainer output: runs/<ID>/launch/output.log):", file=out)
-        for rid, state in failed:
+        for rid, state in failed[:FAILED_LISTED]:
             print(f"  {rid}: {state.detail}", file=out)
+        rest = Counter(state.detail for _, state in failed[FAILED_LISTED:])
+        if rest:  # a sweep of thousands of runs: the others counted by what their last attempt did
+            print(f"  ... {sum(rest.values())} more (column status of results.csv names them all):", file=out)
+            common = rest.most_common(FAILED_LISTED // 2)
+            for detail, n in common:
+                print(f"  {n:>5} x {detail}", file=out)
+            if len(rest) > len(common):
+                others = sum(rest.values()) - sum(n for _, n in common)
+                print(f"  {others:>5} x {len(rest) - len(common)} other details", file=out)
     if queue is not None:
         _print_queue(states, queue, out)
     orphans = orphan_run_dirs(sweep_dir, plan)

@@ -7,6 +7,7 @@ runs of a sweep half-way; re-expanding against a changed base is refused unless 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -18,6 +19,7 @@ from runconfig import load_yaml
 from rundir.contract import RUNS_DIR
 
 SWEEP_FILE = "sweep.yaml"
+PLAN_CACHE = "sweep.cache.json"  # sweep.yaml parsed, for readers of a large plan (status, array tasks)
 
 
 def run_dir(sweep_dir: Path, run_id: str) -> Path:
@@ -70,9 +72,34 @@ def read_plan(sweep_dir: Path) -> SweepPlan:
             f"{path} not found: expand the sweep first with `python -m launch sweep SPEC --sweep-dir DIR`"
         )
     try:
-        return SweepPlan.from_dict(load_yaml(path.read_text()))
+        return SweepPlan.from_dict(_parsed_plan(path))
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise LaunchError(f"{path}: not a sweep file written by launch ({exc})") from None
+
+
+def _parsed_plan(path: Path) -> object:
+    """``sweep.yaml`` parsed, from :data:`PLAN_CACHE` where that was written from this version of it.
+
+    Parsing the YAML took 4.6 s for 10000 runs, in every ``status`` and every array task; the same
+    data as JSON reads in a fraction of that. The cache is kept under sweep.yaml's (inode, mtime,
+    size), taken before the file is read; unreadable, stale or unwritable, it is passed by."""
+    st = path.stat()
+    stamp = [st.st_ino, st.st_mtime_ns, st.st_size]
+    cache = path.with_name(PLAN_CACHE)
+    try:
+        cached = json.loads(cache.read_text())
+        if cached["stamp"] == stamp:
+            return cached["plan"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    data = load_yaml(path.read_text())
+    try:
+        text = json.dumps({"stamp": stamp, "plan": data}, separators=(",", ":"))
+        if json.loads(text)["plan"] == data:  # JSON holds what YAML gave (not so for a non-string key)
+            atomic_write_text(cache, text)
+    except (OSError, TypeError, ValueError):
+        pass  # a sweep directory this user cannot write, or a value JSON cannot hold: no shortcut
+    return data
 
 
 def orphan_run_dirs(sweep_dir: Path, plan: SweepPlan) -> list[str]:

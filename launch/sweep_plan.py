@@ -17,6 +17,8 @@ from launch.errors import LaunchError
 from rundir.contract import RUNS_DIR
 
 BASE_SNAPSHOT = "base_config.yaml"
+SHARED_INDEX_CACHE = ".index_cache"  # under runs/: a dot-folder, not a run
+CACHE_DIR_KEY = "data.cache_dir"
 
 
 @dataclass
@@ -67,6 +69,9 @@ class SweepPlan:
     slurm: dict[str, Any]  # launch.scripts.SlurmOptions fields
     train_cmd: list[str]
     runs: list[PlannedRun] = field(default_factory=list)
+    # The runs' megatron index cache in SWEEP_DIR/runs/.index_cache, one for the sweep (set at
+    # expansion where the config gives no data.cache_dir); each run wrote its own, 38.8 MB each.
+    shared_index_cache: bool = False
 
     def run(self, run_id: str) -> PlannedRun:
         for run in self.runs:
@@ -79,6 +84,8 @@ class SweepPlan:
         sweep_dir = sweep_dir.resolve()
         overrides = [format_override(k, v) for k, v in {**self.fixed, **run.point}.items()]
         overrides.append(format_override("run.dir", str(sweep_dir / RUNS_DIR / run.run_id)))
+        if self.shared_index_cache:  # not part of the run's ID, as run.dir
+            overrides.append(format_override(CACHE_DIR_KEY, str(sweep_dir / RUNS_DIR / SHARED_INDEX_CACHE)))
         return TrainInvocation(tuple(self.train_cmd), str(sweep_dir / BASE_SNAPSHOT), tuple(overrides))
 
     def to_dict(self) -> dict[str, Any]:

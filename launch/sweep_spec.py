@@ -23,9 +23,9 @@ from omegaconf import MISSING
 from jobscripts.scripts import SlurmOptions
 from launch.commands import TrainerSpec, format_override, trainer_command
 from launch.errors import LaunchError
-from launch.run_configs import RunConfigs, flat_config
+from launch.run_configs import RunConfigs, config_values, flat_config
 from launch.run_ids import run_id
-from launch.sweep_plan import ExecutorSettings, PlannedRun, SweepPlan
+from launch.sweep_plan import CACHE_DIR_KEY, ExecutorSettings, PlannedRun, SweepPlan
 from runconfig import ConfigError, flatten, load_config
 from runconfig.validate import validate_layout
 from rundir.contract import CANONICAL_KEYS, EVAL_AT_KEY, INIT_FROM_KEY, STEPS_KEY, canonical_values
@@ -151,6 +151,7 @@ def linked_rows(keys: tuple[str, ...], raw: Any, where: str) -> list[tuple[Any, 
 RUNS_OF = "runs_of"
 COOLDOWN = "cooldown"
 WSD_DECAY_STEPS_KEY = "scheduler.wsd_decay_steps"
+DECAY_STYLE_KEY = "scheduler.decay_style"
 COOLDOWN_KEYS: tuple[str, ...] = (STEPS_KEY, WSD_DECAY_STEPS_KEY)  # the keys `cooldown` sets, in row order
 
 
@@ -314,10 +315,10 @@ def _check_branch_point(where: str, point: Mapping[str, Any], flat: Mapping[str,
             f"{where}: grid point {_describe(point)}: {STEPS_KEY}={flat[STEPS_KEY]} is not past the branch step {step}: "
             f"a branch trains on from there (give '{COOLDOWN}' in the {RUNS_OF} entry: {STEPS_KEY} = step + {COOLDOWN})"
         )
-    if cooldown and flat["scheduler.decay_style"] != "wsd":
+    if cooldown and flat[DECAY_STYLE_KEY] != "wsd":
         raise LaunchError(
             f"{where}: grid point {_describe(point)}: '{COOLDOWN}' sets {WSD_DECAY_STEPS_KEY}, the decay of "
-            f"scheduler.decay_style=wsd, but this point's is {flat['scheduler.decay_style']!r}: fix "
+            f"scheduler.decay_style=wsd, but this point's is {flat[DECAY_STYLE_KEY]!r}: fix "
             "scheduler.decay_style: wsd in the overrides"
         )
 
@@ -368,7 +369,8 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
 
     fixed_args = [format_override(k, v) for k, v in raw_fixed.items()]
     configs = RunConfigs(base, where=f"{where}: overrides: ")  # the base file read and merged once
-    base_flat = flat_config(_load_in_context(configs, fixed_args, context(), f"{where}: overrides: "))
+    base_cfg = _load_in_context(configs, fixed_args, context(), f"{where}: overrides: ")
+    base_flat = flat_config(base_cfg)
     for key in raw_fixed:
         if key not in base_flat:
             raise LaunchError(f"{where}: overrides: '{key}' is a section, not a single setting")
@@ -407,14 +409,17 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     seen: dict[str, dict[str, Any]] = {}
     for point in points:
         point_args = [format_override(k, v) for k, v in point.items()]
-        cfg = configs.load([*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: ")
+        # base_cfg with the point's typed values: every check runs, without a merge per point
+        cfg = configs.load_with(
+            base_cfg, point, [*fixed_args, *point_args], where=f"{where}: grid point {_describe(point)}: "
+        )
         try:  # each run is one trainer over executor.gpus_per_run GPUs (one process on CPU)
             validate_layout(cfg, max(1, spec.executor.gpus_per_run))
         except ValueError as exc:
             raise LaunchError(
                 f"{where}: grid point {_describe(point)}: with executor.gpus_per_run={spec.executor.gpus_per_run}: {exc}"
             ) from None
-        flat = flat_config(cfg)
+        flat = config_values(cfg, [*CANONICAL_KEYS, *grid, EVAL_AT_KEY, STEPS_KEY, DECAY_STYLE_KEY])
         if branches is not None:
             _check_branch_point(where, point, flat, cooldown)
         resolved = {
@@ -439,4 +444,5 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         slurm=asdict(spec.slurm),
         train_cmd=trainer_command(train_cmd if train_cmd is not None else spec.train_cmd),
         runs=runs,
+        shared_index_cache=base_flat[CACHE_DIR_KEY] is None and CACHE_DIR_KEY not in grid,
     )

@@ -32,6 +32,11 @@ def real_trainer(monkeypatch):
     monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
 
 
+def _run_dirs(sweep_dir: Path) -> list[Path]:
+    """The run directories under runs/ (not the shared .index_cache)."""
+    return sorted(p for p in (sweep_dir / "runs").iterdir() if not p.name.startswith("."))
+
+
 def _check_sweep(sweep_dir: Path, n_runs: int) -> None:
     plan = read_plan(sweep_dir)
     assert len(plan.runs) == n_runs
@@ -57,10 +62,40 @@ def test_real_single_run_sweep_and_status(tmp_path):
     sweep_dir = tmp_path / "sw"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
     _check_sweep(sweep_dir, 1)
-    (rd,) = (sweep_dir / "runs").iterdir()
+    (rd,) = _run_dirs(sweep_dir)
     assert len(attempts.read(rd).attempts) == 1
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
     assert len(attempts.read(rd).attempts) == 1  # a finished run is not started again
+
+
+def test_runs_of_a_sweep_share_one_index_cache(tmp_path):
+    # Each run wrote megatron's dataset index cache into its own RUN_DIR/.index_cache (38.8 MB for
+    # the tiny config, whatever the steps: 388 GB for 10000 runs). Now launch points data.cache_dir
+    # of every run at SWEEP_DIR/runs/.index_cache (not part of the run IDs), and runs started side
+    # by side take turns building it (flock on its build.lock): one set of files for the sweep.
+    spec = derived_spec(tmp_path, grid={"optimizer.lr": [0.001, 0.002]},
+                        overrides={"training.steps": 6, "parametrization.base_num_layers": 2, "checkpoint.final": False})  # fmt: skip
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress", "--max-parallel", "2"]) == 0
+    _check_sweep(sweep_dir, 2)
+    shared = sweep_dir / "runs" / ".index_cache"
+    runs = _run_dirs(sweep_dir)
+    assert len(runs) == 2 and not any((rd / ".index_cache").exists() for rd in runs)
+    for rd in runs:
+        assert yaml.safe_load((rd / "config.yaml").read_text())["data"]["cache_dir"] == str(shared)
+    files = sorted(p.name for p in shared.rglob("*") if p.is_file() and p.name != "build.lock")
+    one_run = tmp_path / "alone"
+    single = [sys.executable, str(TRAIN_GPT), "--config", str(TINY_BASE), f"run.dir={one_run}", "training.steps=6",
+              "parametrization.base_num_layers=2", "checkpoint.final=false", "logging.progress_bar=false"]  # fmt: skip
+    assert subprocess.run(single, cwd=REPO, capture_output=True).returncode == 0
+    alone = sorted(p.name for p in (one_run / ".index_cache").rglob("*") if p.is_file() and p.name != "build.lock")
+    assert files == alone and len(files) == 12  # one run's files (3 splits x 4), not two runs' worth
+    # a spec that names its own cache keeps it
+    own = derived_spec(tmp_path, name="own.yaml", overrides={"data.cache_dir": str(tmp_path / "mine")})
+    plan = expand(own, load_spec(own))
+    overrides = plan.train_invocation(tmp_path / "sw2", plan.runs[0]).overrides
+    assert not plan.shared_index_cache
+    assert [o for o in overrides if o.startswith("data.cache_dir=")] == [f'data.cache_dir="{tmp_path / "mine"}"']
 
 
 def test_real_trainer_rejects_bad_key_and_busy_run_dir(tmp_path):
@@ -83,7 +118,7 @@ def test_real_tiny_sweep_completes(tmp_path):
     spec = REPO / "configs" / "sweeps" / "tiny_cpu.yaml"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
     _check_sweep(sweep_dir, 16)
-    for rd in (sweep_dir / "runs").iterdir():
+    for rd in _run_dirs(sweep_dir):
         assert len(attempts.read(rd).attempts) == 1
 
 
@@ -108,7 +143,7 @@ def test_real_sigkilled_sweep_resumes(tmp_path):
     time.sleep(30)  # the orphaned trainers checkpoint and exit 75 (parent-death SIGTERM)
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
     _check_sweep(sweep_dir, 16)
-    for rd in (sweep_dir / "runs").iterdir():
+    for rd in _run_dirs(sweep_dir):
         log = attempts.read(rd)
         assert log.failures == 0 and 1 <= len(log.attempts) <= 2
         if len(log.attempts) == 2:
@@ -125,7 +160,7 @@ def test_real_two_process_torchrun_job(tmp_path):
 
 def _losses(sweep_dir: Path) -> dict[str, tuple]:
     out = {}
-    for rd in sorted((sweep_dir / "runs").iterdir()):
+    for rd in _run_dirs(sweep_dir):
         rows = [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((rd / "summary.json").read_text())
         out[rd.name] = (summary["final_val_loss"], [r["loss"] for r in rows if r["kind"] == "train"])
@@ -146,7 +181,7 @@ def test_fork_start_trains_bit_identical_to_exec(tmp_path):
         assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir), "--no-progress"]) == 0
         _check_sweep(sweep_dir, 2)
         found[start] = _losses(sweep_dir)
-        for rd in (sweep_dir / "runs").iterdir():  # the child's output reaches the run's output.log
+        for rd in _run_dirs(sweep_dir):  # the child's output reaches the run's output.log
             assert "INFO run " in (rd / "launch" / "output.log").read_text()
     assert found["fork"] == found["exec"]
     assert all(len(train) == 6 for _, train in found["fork"].values())

@@ -25,7 +25,7 @@ from launch.errors import LaunchError
 from launch.run_configs import load_run_config
 from launch.sweep_dir import read_plan, run_dir, write_plan
 from launch.sweep_spec import expand, load_spec
-from runconfig import dump_yaml, load_config
+from runconfig import dump_yaml, load_config, load_yaml
 from runconfig.schema import RunConfig
 from tests.launch_fixtures.helpers import REPO, derived_spec, env_with, read_csv, stub_bin, use_fake_trainer
 
@@ -74,19 +74,125 @@ def test_status_parses_sweep_and_run_configs_with_libyaml(tmp_path, monkeypatch,
     assert len(read_plan(sweep_dir).runs) == 10
 
 
+def test_results_csv_parses_each_version_of_a_runs_config_once(tmp_path, monkeypatch, capsys):
+    # Every results.csv writer (status, the end of sweep/run, each array task) parsed every run's
+    # config.yaml again: 12 of the 16 s of a build over 10000 runs (benchmarks/sweep_scale.py).
+    # Now the values are kept in results.configs.json under each file's stat.
+    import launch.status as status
+
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    started = plan.runs[:3]
+    for run in started:
+        cfg = load_config(RunConfig, sweep_dir / "base_config.yaml", plan.train_invocation(sweep_dir, run).overrides)
+        run_dir(sweep_dir, run.run_id).mkdir(parents=True)
+        (run_dir(sweep_dir, run.run_id) / "config.yaml").write_text(dump_yaml(cfg))
+    parsed = []
+    monkeypatch.setattr(status, "load_yaml", lambda text: parsed.append(text) or load_yaml(text))
+
+    def status_csv() -> bytes:
+        parsed.clear()
+        assert main(["status", str(sweep_dir)]) == 75
+        assert "pending    10" in capsys.readouterr().out
+        return (sweep_dir / "results.csv").read_bytes()
+
+    first = status_csv()
+    assert len(parsed) == 3  # the three runs that have a config.yaml
+    assert status_csv() == first and parsed == []  # none changed: none parsed
+    cfg.model.hidden_size = 128  # the last started run's config.yaml rewritten
+    (run_dir(sweep_dir, started[-1].run_id) / "config.yaml").write_text(dump_yaml(cfg))
+    status_csv()
+    assert len(parsed) == 1
+    rows = read_csv(sweep_dir / "results.csv")
+    assert len(rows) == 20  # 10 runs x eval.at [0.5, 1.0]
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] == started[-1].run_id} == {"128"}
+    assert {r["model.hidden_size"] for r in rows if r["run_id"] != started[-1].run_id} == {"64"}
+    (sweep_dir / "results.configs.json").write_text("{")  # a broken cache is rebuilt
+    again = status_csv()
+    assert len(parsed) == 3 and again == (sweep_dir / "results.csv").read_bytes()
+    assert again != first and status_csv() == again and parsed == []
+
+
+def test_status_names_twenty_failed_runs_and_counts_the_others(tmp_path, capsys):
+    # status printed one line per failed run: a sweep of 10000 runs that all failed the same way
+    # (a bad module on the nodes) printed 10000 lines under the counts. Now it names 20 and
+    # counts the others by their detail.
+    spec, sweep_dir = _sweep(
+        tmp_path, grid={"model.num_layers": [2, 4, 8], "optimizer.lr": {"log2_range": [-12, -3, 1]}}
+    )
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    assert len(plan.runs) == 30
+    for i, run in enumerate(plan.runs):
+        rd = run_dir(sweep_dir, run.run_id)
+        rd.mkdir(parents=True)
+        for _ in range(3 if i < 25 else 1):  # 25 out of retries, the last 5 refused their config once
+            attempts.finish(
+                rd,
+                attempts.begin(rd, os.getpid()),
+                1 if i < 25 else 2,
+                "failed" if i < 25 else "invalid",
+                held_lock=True,
+            )
+    assert main(["status", str(sweep_dir)]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "  failed     30" in lines
+    start = lines.index("failed runs (their trainer output: runs/<ID>/launch/output.log):")
+    gave_up = "last attempt: failed (exit 1); 3 failed attempt(s), limit 2: gave up"
+    assert lines[start + 1 : start + 21] == [f"  {r.run_id}: {gave_up}" for r in plan.runs[:20]]
+    assert lines[start + 21 : start + 24] == [
+        "  ... 10 more (column status of results.csv names them all):",
+        f"      5 x {gave_up}",
+        "      5 x last attempt: invalid (exit 2); 1 failed attempt(s), limit 2",
+    ]
+    assert sum(1 for r in read_csv(sweep_dir / "results.csv") if r["status"] == "failed") == 60  # 30 runs x 2 evals
+
+
+def test_sweep_yaml_is_parsed_once_per_version(tmp_path, monkeypatch):
+    # status and each array task parsed sweep.yaml: 4.6 s for 10000 runs. Its parse is kept as JSON
+    # under its stat (sweep.cache.json): the same plan, a rewritten sweep.yaml read afresh.
+    import launch.sweep_dir as sweep_dir_module
+
+    spec, sweep_dir = _sweep(tmp_path)
+    plan = expand(spec, load_spec(spec))
+    write_plan(sweep_dir, plan)
+    parsed = []
+    plan_text = (sweep_dir / "sweep.yaml").read_text
+    monkeypatch.setattr(
+        sweep_dir_module, "load_yaml", lambda text: (text == plan_text() and parsed.append(text)) or load_yaml(text)
+    )
+    reads = [read_plan(sweep_dir) for _ in range(3)]
+    assert len(parsed) == 1 and (sweep_dir / "sweep.cache.json").is_file()
+    assert [r.to_dict() for r in reads] == [plan.to_dict()] * 3
+    plan.runs = plan.runs[:4]
+    write_plan(sweep_dir, plan)  # another expansion: a new sweep.yaml
+    assert [r.run_id for r in read_plan(sweep_dir).runs] == [r.run_id for r in plan.runs] and len(parsed) == 2
+    (sweep_dir / "sweep.cache.json").write_text('{"stamp": 1}')  # broken: passed by and rewritten
+    assert len(read_plan(sweep_dir).runs) == 4 and len(read_plan(sweep_dir).runs) == 4 and len(parsed) == 3
+
+
 def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
     # Re-expanding a 2000-point spec (every `launch sweep` rerun) took 227 s on the 2-core
     # machine, ~0.1 s per point, most of it building the schema's defaults and merging the base
-    # file again for each point and each grid value; now they are built once (63 s).
+    # file again for each point and each grid value; now they are built once (63 s). Each point
+    # then still merged its overrides into a deep copy of the whole tree (53 s for 2000 points in
+    # benchmarks/sweep_scale.py, ~25 ms each in OmegaConf's merge, from_dotlist, to_object); now
+    # the loaded base config is built again with the point's typed values (every __post_init__
+    # check, the cross-section ones included): one merge per grid value, whatever the points.
     from omegaconf import OmegaConf
 
-    built = []
-    structured = OmegaConf.structured
+    built, merges = [], []
+    structured, merge = OmegaConf.structured, OmegaConf.merge
     monkeypatch.setattr(OmegaConf, "structured", lambda *a, **k: built.append(a) or structured(*a, **k))
+    monkeypatch.setattr(OmegaConf, "merge", lambda *a, **k: merges.append(a) or merge(*a, **k))
     spec, sweep_dir = _sweep(tmp_path)
     plan = expand(spec, load_spec(spec))
     assert len(plan.runs) == 10
     assert len(built) == 2  # the spec's schema (load_spec) and the run config's, once each
+    # the spec file, the base file, the fixed overrides, then 2 + 5 grid values: 10 (was 20: one more per point)
+    assert len(merges) == 10
     # the same values and the same refusals as one load per point
     point = plan.runs[-1]
     args = [f"{k}={v}" for k, v in {**plan.fixed, **point.point}.items()]
@@ -103,6 +209,21 @@ def test_expansion_reads_and_merges_the_base_config_once(tmp_path, monkeypatch):
         "parallel.pipeline_model_parallel_size: 2 does not divide model.num_layers=3"
     )
     assert str(refused.value).endswith(str(alone.value))
+    # a combination refused by a cross-key check: the message of a full load, naming the point
+    grid = {"training.global_batch_size": [12, 8], "training.micro_batch_size": [3, 4]}
+    allow = ["training.global_batch_size", "training.micro_batch_size"]
+    bad2 = derived_spec(tmp_path, name="bad2.yaml", grid=grid, overrides={"training.steps": 8}, allow_grid_keys=allow)
+    with pytest.raises(LaunchError) as refused_point:
+        expand(bad2, load_spec(bad2))
+    with pytest.raises(LaunchError) as point_alone:
+        load_run_config(
+            plan.base_config_source, ["training.steps=8", "training.global_batch_size=8", "training.micro_batch_size=3"]
+        )
+    assert str(refused_point.value).startswith(
+        f"sweep spec {bad2}: grid point {{training.global_batch_size=8, training.micro_batch_size=3}}: "
+    )
+    assert str(refused_point.value).endswith(str(point_alone.value))
+    assert "training.global_batch_size" in str(point_alone.value)
 
 
 SBATCH_COUNTING = """n=$(( $(cat "$DUMP_DIR/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$DUMP_DIR/n"

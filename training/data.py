@@ -11,8 +11,11 @@ samples of the validation dataset.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -253,6 +256,22 @@ def check_data(cfg: RunConfig) -> TokenizerInfo:
     return tokenizer
 
 
+@contextlib.contextmanager
+def index_cache_lock(cache_dir: Optional[str]) -> Iterator[None]:
+    """One process at a time builds or reads the index cache in ``cache_dir`` (a ``flock`` on its
+    ``build.lock``): megatron writes the cache files in place, and the runs of a sweep share one cache
+    (``launch`` sets ``data.cache_dir``), so a run starting beside another could read its half-written
+    files. The first builds them; the others wait, then load them. A run's other ranks read after
+    its rank 0 (which holds the lock) has written them, and take no lock."""
+    if cache_dir is None:
+        yield
+        return
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(cache_dir) / "build.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def build_datasets(
     cfg: RunConfig, cache_dir: Optional[str], checked: Optional[TokenizerInfo] = None, steps: Optional[int] = None
 ) -> Datasets:
@@ -266,14 +285,15 @@ def build_datasets(
     sizes = [(steps or cfg.training.steps) * g, cfg.eval.batches * g, 0]
     cls = MockGPTDataset if cfg.data.mock else GPTDataset
 
-    def build() -> list:
-        return BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
+    def build(lock: bool = True) -> list:
+        with index_cache_lock(cache_dir if lock else None):
+            return BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
 
     if dist.is_initialized() and dist.get_world_size() > 1:
         built = build() if dist.get_rank() == 0 else None
         dist.barrier()
-        if built is None:
-            built = build()
+        if built is None:  # rank 0 has written the cache; megatron's build meets rank 0 at its own barriers,
+            built = build(lock=False)  # so taking the lock here would wait on rank 0 forever
     else:
         built = build()
     train, valid, _ = built
