@@ -19,7 +19,7 @@ from jobscripts.quiet import quiet_libraries
 from jobscripts.scripts import ScriptError
 from launch.errors import LaunchError
 from launch.launchers import DEEPSPEED_BACKENDS, DEFAULT_MASTER_PORT
-from rundir.contract import ExitCode
+from rundir.contract import ExitCode, Status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -181,9 +181,12 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
     selected = {run.run_id for run in select_runs(plan, only)}
     if execution.disk_full:
         print(f"stopped: disk full ({execution.disk_full}); free space and rerun the same command")
-    if execution.interrupted:
+    counts = count_states({rid: s for rid, s in states.items() if rid in selected})
+    if execution.interrupted and (counts[Status.PENDING] or counts[Status.RUNNING]):
         return ExitCode.RESUMABLE
-    return exit_code(count_states({rid: s for rid, s in states.items() if rid in selected}))
+    # interrupted after every selected run ended (a run finishing as the signal came): nothing to
+    # resume, so no 75 that would requeue an array task only to find its runs done
+    return exit_code(counts)
 
 
 def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
