@@ -65,7 +65,6 @@ __all__ = [
     "number",
     "attempt_exit",
     "read_diagnostics",
-    "read_exit_record",
     "read_metrics",
     "read_metrics_with_source",
     "read_diagnostics_with_source",
@@ -259,11 +258,6 @@ def write_attempt_exit(record: ExitRecord) -> bool:
     except OSError:
         return False
     return True
-
-
-def read_exit_record(run_dir: Path) -> Optional[ExitRecord]:
-    """``exit.json``; None when absent or unreadable."""
-    return _exit_record(read_json(Path(run_dir) / EXIT_FILE))
 
 
 def _exit_record(data: Any) -> Optional[ExitRecord]:
