@@ -8,6 +8,7 @@ as a ``KeyError`` or a silently wrong plot.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -80,13 +81,19 @@ class SweepResults:
         """The folder of the (first) table: a sweep directory's ``runs/`` are there."""
         return self.path.parent
 
+    @functools.cached_property
+    def _run_files(self) -> dict[str, str]:
+        """Each run ID's table (``file``), where several were read: one pass over the rows, not one
+        per run asked for (:meth:`run_dir` is asked for every run of a report)."""
+        if "file" not in self.rows:
+            return {}
+        firsts = self.rows.drop_duplicates("run_id")
+        return dict(zip(firsts["run_id"], firsts["file"]))
+
     def run_dir(self, run_id: str) -> Path:
         """The run directory of ``run_id``: ``runs/<ID>`` beside the table its rows are in."""
-        if "file" in self.rows:
-            hit = self.rows.loc[self.rows["run_id"] == run_id, "file"]
-            if len(hit):
-                return Path(hit.iloc[0]).parent / RUNS_DIR / run_id
-        return self.sweep_dir / RUNS_DIR / run_id
+        file = self._run_files.get(run_id)
+        return (Path(file).parent if file is not None else self.sweep_dir) / RUNS_DIR / run_id
 
     def runs_per_file(self) -> list[tuple[str, int]]:
         """(table, runs analysed from it), in the order given; a shared base-depth copy is not a run."""
