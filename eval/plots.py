@@ -288,8 +288,10 @@ def plot_optimal_lr_vs_depth(analysis: TransferAnalysis) -> Figure:
 def _family_legend(fig: Figure, analysis: TransferAnalysis, colors: dict, markers: dict) -> None:
     """One legend under the panels: per family with an optimum, its line and marker, its label and its
     slope per fraction; in as many columns as the figure's width holds, text wrapped to a column."""
-    shown = [f for f in analysis.families if any(analysis.result(f, x).depths for x in analysis.fractions)]
-    shown = [f for f in shown if any(d.optimum.found for x in analysis.fractions for d in analysis.result(f, x).depths)]
+    shown = [
+        f for f in analysis.families
+        if any(d.optimum.found for x in analysis.fractions for d in analysis.result(f, x).depths)
+    ]  # fmt: skip
     if not shown:
         return
     width_pt = fig.get_figwidth() * 72 - 12
