@@ -192,8 +192,8 @@ def _execute_and_report(sweep_dir: Path, plan, args: argparse.Namespace, only: O
 def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
     from launch.executor_slurm import submit_array
     from launch.run_state import run_state
-    from launch.sweep_dir import check_base, run_dir, write_plan
-    from launch.sweep_spec import expand, load_spec
+    from launch.sweep_dir import SWEEP_FILE, check_base, keep_run_ids, run_dir, write_plan
+    from launch.sweep_spec import default_sweep_dir, expand, load_spec
 
     _check_positive("--max-parallel", args.max_parallel, 1)
     _check_positive("--max-retries", args.max_retries, 0)
@@ -206,10 +206,13 @@ def _cmd_sweep(args: argparse.Namespace, spec_overrides: list[str]) -> ExitCode:
             f"not by a grid: rerun that command with its --out to go on; `python -m launch status {where}` "
             f"shows its runs and `python -m launch run {where}` runs the ones left"
         )
-    plan = expand(args.spec, spec, args.train_cmd)
+    sweep_dir = Path(args.sweep_dir or default_sweep_dir(spec)).resolve()
+    plan = expand(args.spec, spec, args.train_cmd, sweep_dir)
+    if kept := keep_run_ids(sweep_dir, plan):
+        print(f"[launch] {kept} run(s) keep their ID of {sweep_dir / SWEEP_FILE}: their checkpoint.init_from "
+              "is the same source checkpoint, moved", file=sys.stderr)  # fmt: skip
     if args.max_retries is not None:
         plan.executor.max_retries = args.max_retries
-    sweep_dir = Path(args.sweep_dir or Path("sweeps") / plan.name).resolve()
     executor = args.executor or plan.executor.kind
     max_parallel = args.max_parallel or plan.executor.max_parallel
     check_base(sweep_dir, plan, allow_base_change=args.allow_base_change)  # a dry run refuses what the run would

@@ -57,11 +57,11 @@ from launch.processes import forwarding_signals, start_child
 from launch.resources import Slot, make_slots
 from launch.run_configs import RunConfigs
 from launch.run_state import run_state
-from launch.sweep_dir import run_dir
+from launch.sweep_dir import SWEEP_FILE, run_dir
 from launch.sweep_plan import PlannedRun, SweepPlan
 from launch.warm_start import ForkedTrainer, ForkRefused, fork_trainer, forkable
 from rundir.contract import ATTEMPT_EXIT_ENV, METRICS_FILE, SUMMARY_FILE, ExitCode, Status
-from rundir.files import ExitRecord, RunSummary, attempt_exit, read_summary
+from rundir.files import ExitRecord, RunSummary, attempt_exit, checkpoint_steps, read_summary
 from rundir.lock import run_locked
 
 POLL_SECONDS = 0.1
@@ -545,6 +545,7 @@ def execute(
     if not todo:
         return Execution()
     check_trainer(plan)
+    check_sources(sweep_dir, plan, todo)
     return LocalExecutor(
         sweep_dir,
         plan,
@@ -561,6 +562,22 @@ def wants_start(sweep_dir: Path, run: PlannedRun, max_retries: int) -> bool:
     """The run needs work and no live trainer on this host holds it."""
     rd = run_dir(sweep_dir, run.run_id)
     return run_state(rd, max_retries).needs_work and not run_locked(rd)
+
+
+def check_sources(sweep_dir: Path, plan: SweepPlan, runs: Sequence[PlannedRun]) -> None:
+    """Refuse to start when a run that starts from another run's checkpoint (none of its own yet)
+    would not find it (every such run would exit 2 at its start and count as a failed attempt)."""
+    fresh = [run for run in runs if not checkpoint_steps(run_dir(sweep_dir, run.run_id))]
+    if missing := plan.missing_sources(sweep_dir, fresh):
+        raise LaunchError(
+            f"{sweep_dir / SWEEP_FILE}: checkpoint.init_from of {len(missing)} run(s) not found:\n  "
+            + "\n  ".join(missing[:5])
+            + (f"\n  ... and {len(missing) - 5} more" if len(missing) > 5 else "")
+            + "\nthe sweep directory moved without its source sweep (keep them side by side as when it was "
+            "expanded), or it was expanded with absolute source paths (before this version) at another place: "
+            f"re-expand it with `python -m launch sweep SPEC --sweep-dir {sweep_dir}` where the spec's runs_of "
+            "finds the source sweep (its runs keep their IDs: nothing finished runs again)"
+        )
 
 
 def check_trainer(plan: SweepPlan) -> None:

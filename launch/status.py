@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -221,7 +222,12 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         sweep_dir, [*CANONICAL_KEYS, *plan.grid, EVAL_AT_KEY, STEPS_KEY, INIT_MODE_KEY, INIT_FROM_KEY]
     )
     configs = {
-        run.run_id: {**plan.fixed, **run.resolved, **written.values(run_dir(sweep_dir, run.run_id), run.run_id)}
+        run.run_id: {
+            **plan.fixed,
+            **run.resolved,
+            **{k: v for k, v in plan.point(sweep_dir, run).items() if k in plan.sweep_relative},
+            **written.values(run_dir(sweep_dir, run.run_id), run.run_id),
+        }
         for run in plan.runs
     }
     written.save()
@@ -233,21 +239,23 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         cfg = configs[run.run_id]
         keys = [*canonical_values(cfg).values(), *(cfg.get(k) for k in extra_keys)]
         if branches:
-            keys += _branch_cells(rd, cfg)
+            keys += _branch_cells(sweep_dir, rd, cfg)
         status = RESULT_STATUS.get(states[run.run_id].status, Status.PENDING)
         for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
 
 
-def _branch_cells(rd: Path, cfg: Mapping[str, Any]) -> list[Any]:
-    """The :data:`BRANCH_COLUMNS` of a run: its source's step, run directory name and path (empty
-    for a run that continues nothing)."""
+def _branch_cells(sweep_dir: Path, rd: Path, cfg: Mapping[str, Any]) -> list[Any]:
+    """The :data:`BRANCH_COLUMNS` of a run: its source's step, run directory name and path
+    relative to ``sweep_dir`` (the folder of results.csv: the same bytes after the sweeps move
+    together), empty for a run that continues nothing."""
     source = branch_source(rd, cfg.get(INIT_FROM_KEY)) if cfg.get(INIT_MODE_KEY) == CONTINUE else None
     if source is None:
         return [None, None, None]
     where = source["run_dir"]
-    return [source["step"], Path(where).name if where else None, where]
+    return [source["step"], Path(where).name if where else None,
+            os.path.relpath(where, sweep_dir.resolve()) if where else None]  # fmt: skip
 
 
 RESULTS_STALE = "results.stale"  # touched by a writer that found results.lock held: rewrite the file

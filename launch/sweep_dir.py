@@ -8,7 +8,9 @@ runs of a sweep half-way; re-expanding against a changed base is refused unless 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from dataclasses import replace
+from pathlib import Path, PurePath
+from typing import Any
 
 import yaml
 
@@ -16,7 +18,7 @@ from jobscripts.atomic import atomic_write_text
 from launch.errors import LaunchError
 from launch.sweep_plan import BASE_SNAPSHOT, SweepPlan
 from runconfig import load_yaml
-from rundir.contract import RUNS_DIR
+from rundir.contract import INIT_FROM_KEY, RUNS_DIR
 
 SWEEP_FILE = "sweep.yaml"
 PLAN_CACHE = "sweep.cache.json"  # sweep.yaml parsed, for readers of a large plan (status, array tasks)
@@ -100,6 +102,40 @@ def _parsed_plan(path: Path) -> object:
     except (OSError, TypeError, ValueError):
         pass  # a sweep directory this user cannot write, or a value JSON cannot hold: no shortcut
     return data
+
+
+SOURCE_PARTS = 5  # a branch source's identity: <source sweep>/runs/<ID>/checkpoints/step_N
+
+
+def keep_run_ids(sweep_dir: Path, plan: SweepPlan) -> int:
+    """Give each run of ``plan`` that the ``sweep.yaml`` in ``sweep_dir`` holds under another ID
+    that ID; returns how many did. The same run: the same fixed overrides and grid point but for
+    where its ``checkpoint.init_from`` lies, compared by the folder's last :data:`SOURCE_PARTS`
+    parts (the source sweep's name, its run ID, the step). A sweep expanded before runs_of sources
+    were kept relative to the sweep directory hashed their absolute path; re-expanded after the
+    sweeps moved (or after they moved apart), its branches keep their IDs and are not run again."""
+    try:
+        old = read_plan(sweep_dir)
+    except LaunchError:  # none yet (or not ours: write_plan replaces it)
+        return 0
+    ids = {_moved_free(old.fixed, run.point): run.run_id for run in old.runs}
+    taken = {run.run_id for run in plan.runs}
+    kept = 0
+    for i, run in enumerate(plan.runs):
+        rid = ids.get(_moved_free(plan.fixed, run.point))
+        if rid is not None and rid != run.run_id and rid not in taken:
+            taken.add(rid)
+            plan.runs[i] = replace(run, run_id=rid)
+            kept += 1
+    return kept
+
+
+def _moved_free(fixed: dict[str, Any], point: dict[str, Any]) -> str:
+    values = {**fixed, **point}
+    source = values.get(INIT_FROM_KEY)
+    if isinstance(source, str):
+        values[INIT_FROM_KEY] = "/".join(PurePath(source).parts[-SOURCE_PARTS:])
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 def orphan_run_dirs(sweep_dir: Path, plan: SweepPlan) -> list[str]:

@@ -7,6 +7,7 @@ task needs nothing but the sweep directory.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from launch.commands import TrainInvocation, format_override
 from launch.errors import LaunchError
-from rundir.contract import RUNS_DIR
+from rundir.contract import INIT_FROM_KEY, RUNS_DIR
 
 BASE_SNAPSHOT = "base_config.yaml"
 SHARED_INDEX_CACHE = ".index_cache"  # under runs/: a dot-folder, not a run
@@ -72,6 +73,11 @@ class SweepPlan:
     # The runs' megatron index cache in SWEEP_DIR/runs/.index_cache, one for the sweep (set at
     # expansion where the config gives no data.cache_dir); each run wrote its own, 38.8 MB each.
     shared_index_cache: bool = False
+    # Keys of the runs' points whose values are paths relative to the sweep directory (a runs_of
+    # branch's checkpoint.init_from: ../wsd_stable/runs/ID/checkpoints/step_00000006), so that the
+    # sweep directory and its source sweep can move together (another disk, a GPU node) and keep
+    # their run IDs and sources. Empty in sweeps expanded before this: absolute paths there.
+    sweep_relative: list[str] = field(default_factory=list)
 
     def run(self, run_id: str) -> PlannedRun:
         for run in self.runs:
@@ -82,11 +88,26 @@ class SweepPlan:
     def train_invocation(self, sweep_dir: Path, run: PlannedRun) -> TrainInvocation:
         """The trainer call of ``run``: the base snapshot, fixed overrides, grid values, run.dir."""
         sweep_dir = sweep_dir.resolve()
-        overrides = [format_override(k, v) for k, v in {**self.fixed, **run.point}.items()]
+        overrides = [format_override(k, v) for k, v in {**self.fixed, **self.point(sweep_dir, run)}.items()]
         overrides.append(format_override("run.dir", str(sweep_dir / RUNS_DIR / run.run_id)))
         if self.shared_index_cache:  # not part of the run's ID, as run.dir
             overrides.append(format_override(CACHE_DIR_KEY, str(sweep_dir / RUNS_DIR / SHARED_INDEX_CACHE)))
         return TrainInvocation(tuple(self.train_cmd), str(sweep_dir / BASE_SNAPSHOT), tuple(overrides))
+
+    def point(self, sweep_dir: Path, run: PlannedRun) -> dict[str, Any]:
+        """``run``'s grid values as the trainer takes them: :attr:`sweep_relative` paths joined to
+        ``sweep_dir`` (where the sweep is now)."""
+        return {k: sweep_path(sweep_dir, v) if k in self.sweep_relative else v for k, v in run.point.items()}
+
+    def missing_sources(self, sweep_dir: Path, runs: list[PlannedRun]) -> list[str]:
+        """``RUN_ID: PATH`` for each of ``runs`` whose ``checkpoint.init_from`` is not there (the
+        sweep moved without its source sweep, or one expanded before :attr:`sweep_relative` moved)."""
+        missing = []
+        for run in runs:
+            source = self.point(sweep_dir, run).get(INIT_FROM_KEY, self.fixed.get(INIT_FROM_KEY))
+            if isinstance(source, str) and Path(source).is_absolute() and not Path(source).exists():
+                missing.append(f"{run.run_id}: {source}")
+        return missing
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -99,3 +120,8 @@ class SweepPlan:
         runs = [PlannedRun(r["id"], dict(r["point"]), dict(r["resolved"])) for r in fields.pop("runs")]
         executor = ExecutorSettings(**fields.pop("executor"))
         return cls(**fields, executor=executor, runs=runs)
+
+
+def sweep_path(sweep_dir: Path, relative: str) -> str:
+    """A :attr:`SweepPlan.sweep_relative` value as an absolute path, ``..`` folded."""
+    return os.path.normpath(Path(sweep_dir).resolve() / relative)

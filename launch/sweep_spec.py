@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -166,11 +167,13 @@ def _positive_ints(raw: Any, name: str, entry: str, what: str) -> list[int]:
     return values
 
 
-def runs_of_rows(raw: Mapping[str, Any], entry: str) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+def runs_of_rows(raw: Mapping[str, Any], entry: str, sweep_dir: Path) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """The linked keys (``checkpoint.init_from``, with ``cooldown`` :data:`COOLDOWN_KEYS`, and the
     other sweep's grid keys) and one row per run of that sweep and branch step (and cooldown):
-    its checkpoint folder at that step (absolute) and its grid values, so that a branch has its
-    source's depth, LR, seed... A run that ended (diverged) before a step is left out there,
+    its checkpoint folder at that step, relative to ``sweep_dir`` (the branches' sweep directory:
+    ``../wsd_stable/runs/ID/checkpoints/step_00000006``, so that a run ID does not change when both
+    sweeps move together; :attr:`SweepPlan.sweep_relative`), and its grid values, so that a branch
+    has its source's depth, LR, seed... A run that ended (diverged) before a step is left out there,
     said on stderr; one that has not got there yet, or whose checkpoint is gone, is refused."""
     from launch.sweep_dir import read_plan
 
@@ -194,9 +197,10 @@ def runs_of_rows(raw: Mapping[str, Any], entry: str) -> tuple[tuple[str, ...], l
     rows = []
     for step in steps:
         for folder, values in _branch_sources(plan, source, step, entry):
+            relative = os.path.relpath(folder, sweep_dir.resolve())
             for cooldown in cooldowns:
                 mine = () if cooldown is None else (step + cooldown, cooldown)
-                rows.append((folder, *mine, *values))
+                rows.append((relative, *mine, *values))
     return (INIT_FROM_KEY, *set_here, *keys), rows
 
 
@@ -323,9 +327,14 @@ def _check_branch_point(where: str, point: Mapping[str, Any], flat: Mapping[str,
         )
 
 
-def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None) -> SweepPlan:
-    """Check ``spec`` and expand its grid (cartesian product, in spec order) into runs."""
+def expand(
+    spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None, sweep_dir: Optional[Path] = None
+) -> SweepPlan:
+    """Check ``spec`` and expand its grid (cartesian product, in spec order) into runs for the
+    sweep directory ``sweep_dir`` (default :func:`default_sweep_dir`; a runs_of branch's source
+    is written relative to it)."""
     spec_path = Path(spec_path).resolve()
+    sweep_dir = Path(sweep_dir if sweep_dir is not None else default_sweep_dir(spec)).resolve()
     where = f"sweep spec {spec_path}"
     base = (spec_path.parent / spec.base_config).resolve()
     if not base.is_file():
@@ -337,7 +346,7 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
     for key, raw in spec.grid.items():
         keys = tuple(k.strip() for k in key.split(LINKED_KEY_SEPARATOR))
         if keys == (INIT_FROM_KEY,) and isinstance(raw, Mapping) and RUNS_OF in raw:
-            keys, raw_rows = runs_of_rows(raw, f"{where}: grid entry '{key}'")
+            keys, raw_rows = runs_of_rows(raw, f"{where}: grid entry '{key}'", sweep_dir)
             branches, cooldown = key, COOLDOWN in raw
         elif len(keys) > 1:
             raw_rows = linked_rows(keys, raw, where)
@@ -445,4 +454,10 @@ def expand(spec_path: str | Path, spec: SweepSpec, train_cmd: TrainerSpec = None
         train_cmd=trainer_command(train_cmd if train_cmd is not None else spec.train_cmd),
         runs=runs,
         shared_index_cache=base_flat[CACHE_DIR_KEY] is None and CACHE_DIR_KEY not in grid,
+        sweep_relative=[INIT_FROM_KEY] if branches is not None else [],
     )
+
+
+def default_sweep_dir(spec: SweepSpec) -> Path:
+    """Where a sweep goes without ``--sweep-dir``: ``sweeps/<name>`` under the current directory."""
+    return Path("sweeps") / spec.name

@@ -413,7 +413,7 @@ def branch_source(run_dir: Path, init_from: Optional[str]) -> Optional[dict[str,
         except (RunDirError, OSError, ValueError):
             record = None
     if record is not None:
-        return {"run_dir": record.get("run_dir"), "step": record.get("step")}
+        return {"run_dir": source_run_dir(run_dir, record), "step": record.get("step")}
     if not init_from:
         return None
     path = Path(init_from)
@@ -425,6 +425,53 @@ def branch_source(run_dir: Path, init_from: Optional[str]) -> Optional[dict[str,
     except (RunDirError, OSError):
         latest = None
     return {"run_dir": str(path), "step": checkpoint_step(latest.name) if latest is not None else None}
+
+
+RELATIVE_RUN_DIR = "relative_run_dir"  # branch_of: the source's run directory relative to the branch's own
+
+
+def with_relative_source(record: Optional[dict[str, Any]], own_dir: Path) -> Optional[dict[str, Any]]:
+    """A ``branch_of`` record with :data:`RELATIVE_RUN_DIR` (its ``run_dir`` relative to
+    ``own_dir``, the run directory the record was written in) where it has none, so that a branch
+    finds its source after both moved together (another disk, a GPU node, a laptop)."""
+    if not record or record.get(RELATIVE_RUN_DIR) or not record.get("run_dir"):
+        return record
+    return {**record, RELATIVE_RUN_DIR: os.path.relpath(record["run_dir"], Path(own_dir).resolve())}
+
+
+def source_run_dir(run_dir: Path, record: dict[str, Any]) -> Optional[str]:
+    """Where the source a ``branch_of`` record names is now: its :data:`RELATIVE_RUN_DIR` from
+    where ``run_dir`` is now, if that is a directory; else the absolute ``run_dir`` recorded, if
+    that is one (the branch moved, its source did not); else, for a record written without the
+    relative path (before it existed), the absolute one moved as the branch's ``config.yaml``
+    ``run.dir`` moved; else the relative (or recorded) path, which is not there."""
+    recorded = record.get("run_dir")
+    relative = record.get(RELATIVE_RUN_DIR)
+    here = Path(run_dir).resolve()
+    moved = os.path.normpath(here / relative) if relative else None
+    if moved is not None and Path(moved).is_dir():
+        return moved
+    if recorded and Path(recorded).is_dir():
+        return str(recorded)
+    if moved is None and recorded:
+        written_in = _written_run_dir(here)
+        if written_in is not None:
+            guess = os.path.normpath(here / os.path.relpath(recorded, written_in))
+            if Path(guess).is_dir():
+                return guess
+    return moved or recorded
+
+
+def _written_run_dir(run_dir: Path) -> Optional[str]:
+    """``run.dir`` as the run's ``config.yaml`` gives it (absolute), else None."""
+    import yaml  # only for a branch written before RELATIVE_RUN_DIR whose source moved
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+        written = config["run"]["dir"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return str(written) if isinstance(written, str) and Path(written).is_absolute() else None
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:

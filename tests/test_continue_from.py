@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def test_a_branch_with_the_same_schedule_is_the_source_bit_for_bit(source, tmp_p
     common = json.loads((source / "checkpoints" / f"step_{BRANCH_AT:08d}" / "common.json").read_text())
     record = summary(run)["branch_of"]
     assert record["run_dir"] == str(source.resolve())
+    # and where it lies from the branch's own directory, so that the pair can move together
+    assert record["relative_run_dir"] == os.path.relpath(source.resolve(), run.resolve())
     assert record["step"] == BRANCH_AT
     want = hashlib.sha256(json.dumps(common["config"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert record["config_sha256"] == want
@@ -317,7 +320,8 @@ def test_a_branch_curve_is_its_source_rows_up_to_the_branch_step_then_its_own(so
     moved = tmp_path / "G_moved"
     shutil.copytree(g, moved)
     data = summary(moved)
-    data["branch_of"]["run_dir"] = str(tmp_path / "gone")
+    data["branch_of"]["run_dir"] = str(tmp_path / "gone")  # neither where it was nor beside the copy
+    data["branch_of"]["relative_run_dir"] = "../gone"
     (moved / "summary.json").write_text(json.dumps(data))
     with pytest.raises(RunDirError, match=f"continues {tmp_path / 'gone'} \\(step 8; summary.json branch_of\\)"):
         read_metrics_with_source(moved)

@@ -7,7 +7,9 @@ not a swept setting. The example pair configs/sweeps/wsd/{stable,cooldown}.yaml 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,13 +21,23 @@ from eval.results import read_results
 from launch import attempts
 from launch.__main__ import main
 from launch.errors import LaunchError
+from launch.run_ids import run_id
 from launch.run_state import run_state
 from launch.status import results_table
-from launch.sweep_dir import read_plan, write_plan
+from launch.sweep_dir import orphan_run_dirs, read_plan, write_plan
+from launch.sweep_plan import PlannedRun, SweepPlan
 from launch.sweep_spec import expand, load_spec
-from rundir.contract import BRANCH_COLUMNS, Status
-from rundir.files import COMMON_FILE, RunSummary, checkpoint_dir, write_summary
-from tests.launch_fixtures.helpers import REPO, TINY_BASE, needs_train_gpt, read_csv
+from rundir.contract import BRANCH_COLUMNS, INIT_FROM_KEY, ExitCode, Status
+from rundir.files import (
+    COMMON_FILE,
+    RunSummary,
+    branch_source,
+    checkpoint_dir,
+    read_metrics_with_source,
+    with_relative_source,
+    write_summary,
+)
+from tests.launch_fixtures.helpers import REPO, TINY_BASE, needs_train_gpt, read_csv, use_fake_trainer
 
 WSD = REPO / "configs" / "sweeps" / "wsd"
 STEP = 12
@@ -57,6 +69,16 @@ def plant_checkpoint(sweep: Path, run_id: str, step: int) -> Path:
     return folder
 
 
+def branches(spec: Path) -> SweepPlan:
+    """The branch sweep of ``spec`` expanded for the sweep directory ``cooldown`` beside it."""
+    return expand(spec, load_spec(spec), sweep_dir=spec.parent / "cooldown")
+
+
+def source_of(plan: SweepPlan, run: PlannedRun) -> str:
+    """The checkpoint.init_from the trainer gets: sweep.yaml's, relative to the sweep directory."""
+    return plan.point(Path(plan.spec_file).parent / "cooldown", run)["checkpoint.init_from"]
+
+
 def branch_spec(tmp_path: Path, source: Path, **grid) -> Path:
     return write_spec(
         tmp_path / "cooldown.yaml",
@@ -76,24 +98,25 @@ def test_runs_of_expands_one_branch_per_source_run_with_its_grid_values(source, 
     folders = {rid: plant_checkpoint(source, rid, STEP) for rid in ids[:2]}
     spec = branch_spec(tmp_path, source, **{"training.steps": [14, 18]})
     with pytest.raises(LaunchError) as refused:
-        expand(spec, load_spec(spec))
+        branches(spec)
     assert f"2 run(s) of {source} have no checkpoint at step {STEP}" in str(refused.value)
     assert f"{ids[2]}: has not reached step {STEP} yet" in str(refused.value)
 
     folders[ids[2]] = plant_checkpoint(source, ids[2], STEP)
     write_summary(source / "runs" / ids[3], RunSummary(Status.DIVERGED, steps=5))
-    plan = expand(spec, load_spec(spec))
+    plan = branches(spec)
     assert f"{ids[3]} (diverged at step 5)" in capsys.readouterr().err
     assert len(plan.runs) == 3 * 2
     by_source = {r.run_id: r.point for r in src.runs}
     for run in plan.runs:
-        rid = next(rid for rid, folder in folders.items() if run.point["checkpoint.init_from"] == str(folder))
-        assert Path(run.point["checkpoint.init_from"]).is_absolute()
+        rid = next(rid for rid, folder in folders.items() if source_of(plan, run) == str(folder))
+        # sweep.yaml holds it relative to the sweep directory: the IDs do not change when both move
+        assert run.point["checkpoint.init_from"] == f"../stable/runs/{rid}/checkpoints/step_{STEP:08d}"
         for key in ("model.num_layers", "optimizer.lr"):
             assert run.point[key] == by_source[rid][key]
         assert f"-from{STEP}-steps{run.point['training.steps']}-" in run.run_id
     # the same expansion twice: the same IDs (a rerun finds its runs)
-    assert [r.run_id for r in expand(spec, load_spec(spec)).runs] == [r.run_id for r in plan.runs]
+    assert [r.run_id for r in branches(spec).runs] == [r.run_id for r in plan.runs]
 
 
 def test_a_source_checkpoint_gone_is_refused_with_the_keys_that_keep_it(source, tmp_path):
@@ -103,7 +126,7 @@ def test_a_source_checkpoint_gone_is_refused_with_the_keys_that_keep_it(source, 
         write_summary(source / "runs" / rid, RunSummary(Status.COMPLETED, steps=24))
     spec = branch_spec(tmp_path, source, **{"training.steps": [14]})
     with pytest.raises(LaunchError, match="checkpoint.keep keeping it"):
-        expand(spec, load_spec(spec))
+        branches(spec)
 
 
 def test_runs_of_without_step_or_with_a_missing_sweep_is_refused(source, tmp_path):
@@ -113,14 +136,14 @@ def test_runs_of_without_step_or_with_a_missing_sweep_is_refused(source, tmp_pat
         grid={"checkpoint.init_from": {"runs_of": str(source)}},
     )
     with pytest.raises(LaunchError, match=r"runs_of needs exactly the keys \['runs_of', 'step'\]"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     spec = write_spec(
         tmp_path / "bad2.yaml",
         overrides={"checkpoint.init_mode": "continue"},
         grid={"checkpoint.init_from": {"runs_of": str(tmp_path / "nowhere"), "step": 3}},
     )
     with pytest.raises(LaunchError, match="sweep.yaml not found"):
-        expand(spec, load_spec(spec))
+        branches(spec)
 
 
 def test_results_csv_names_each_branch_source_and_eval_reads_it_as_a_record(source, tmp_path):
@@ -131,7 +154,7 @@ def test_results_csv_names_each_branch_source_and_eval_reads_it_as_a_record(sour
     ids = [r.run_id for r in read_plan(source).runs]
     folders = {rid: plant_checkpoint(source, rid, STEP) for rid in ids}
     spec = branch_spec(tmp_path, source, **{"training.steps": [14]})
-    plan = expand(spec, load_spec(spec))
+    plan = branches(spec)
     sweep = tmp_path / "cooldown"
     sweep.mkdir()
     write_plan(sweep, plan)
@@ -144,13 +167,16 @@ def test_results_csv_names_each_branch_source_and_eval_reads_it_as_a_record(sour
     assert header[-7:-4] == list(BRANCH_COLUMNS)
     assert "checkpoint.init_from" not in header and "training.steps" in header
     rows = {row[0]: dict(zip(header, row)) for row in table[1:]}
-    assert (rows[done.run_id]["branch_of.step"], rows[done.run_id]["branch_of.run_dir"]) == ("12", "/elsewhere/L2-src")
+    assert (rows[done.run_id]["branch_of.step"], rows[done.run_id]["branch_of.run_dir"]) == (
+        "12",
+        os.path.relpath("/elsewhere/L2-src", sweep),
+    )
     assert rows[done.run_id]["branch_of.run_id"] == "L2-src"
     for run in plan.runs[1:]:
-        rid = next(rid for rid, folder in folders.items() if run.point["checkpoint.init_from"] == str(folder))
+        rid = next(rid for rid, folder in folders.items() if source_of(plan, run) == str(folder))
         row = rows[run.run_id]
         assert (row["branch_of.step"], row["branch_of.run_id"]) == (str(STEP), rid)
-        assert row["branch_of.run_dir"] == str(source / "runs" / rid)
+        assert row["branch_of.run_dir"] == f"../stable/runs/{rid}"  # relative to the folder of results.csv
 
     csv_path = tmp_path / "results.csv"
     with_losses = [header] + [[*row[:-1], "3.5"] for row in table[1:]]
@@ -182,12 +208,12 @@ def test_one_runs_of_entry_branches_from_several_steps_each_with_its_cooldowns(s
         (rid, step): plant_checkpoint(source, rid, step) for rid in (r.run_id for r in src.runs) for step in (6, 18)
     }
     spec = cooldown_spec(tmp_path, source, {"step": [6, 18], "cooldown": [2, 6]})
-    plan = expand(spec, load_spec(spec))
+    plan = branches(spec)
     assert len(plan.runs) == 4 * 2 * 2 == len({r.run_id for r in plan.runs})
     by_source = {r.run_id: r.point for r in src.runs}
     seen = set()
     for run in plan.runs:
-        (rid, step), _ = next(kv for kv in folders.items() if str(kv[1]) == run.point["checkpoint.init_from"])
+        (rid, step), _ = next(kv for kv in folders.items() if str(kv[1]) == source_of(plan, run))
         cooldown = run.point["scheduler.wsd_decay_steps"]
         assert run.point["training.steps"] == step + cooldown and run.resolved["training.steps"] == step + cooldown
         assert (run.point["model.num_layers"], run.point["optimizer.lr"]) == (
@@ -198,7 +224,7 @@ def test_one_runs_of_entry_branches_from_several_steps_each_with_its_cooldowns(s
         seen.add((rid, step, cooldown))
     assert len(seen) == 16
     assert plan.grid["training.steps"] == [8, 12, 20, 24] and plan.grid["scheduler.wsd_decay_steps"] == [2, 6]
-    assert [r.run_id for r in expand(spec, load_spec(spec)).runs] == [r.run_id for r in plan.runs]
+    assert [r.run_id for r in branches(spec).runs] == [r.run_id for r in plan.runs]
 
     sweep = tmp_path / "cooldown"
     sweep.mkdir()
@@ -225,29 +251,29 @@ def test_several_steps_refuse_a_missing_checkpoint_a_steps_value_not_past_it_and
         plant_checkpoint(source, rid, 18)
     spec = cooldown_spec(tmp_path, source, {"step": [6, 18], "cooldown": 2})
     with pytest.raises(LaunchError, match=rf"1 run\(s\) of {source} have no checkpoint at step 18:\n  {ids[3]}: has"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     plant_checkpoint(source, ids[3], 18)
-    assert len(expand(spec, load_spec(spec)).runs) == 8
+    assert len(branches(spec).runs) == 8
     # no cooldown: training.steps from another entry, which must pass every branch step
     spec = cooldown_spec(tmp_path, source, {"step": [6, 18]}, grid={"training.steps": [14]},
                          allow_grid_keys=["training.steps"], overrides={"scheduler.wsd_decay_steps": 4})  # fmt: skip
     with pytest.raises(LaunchError, match=r"training.steps=14 is not past the branch step 18: a branch trains on"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     spec = cooldown_spec(tmp_path, source, {"step": [6, 18]}, grid={"training.steps": [24]},
                          allow_grid_keys=["training.steps"], overrides={"scheduler.wsd_decay_steps": 4})  # fmt: skip
-    assert {r.point["training.steps"] for r in expand(spec, load_spec(spec)).runs} == {24}
+    assert {r.point["training.steps"] for r in branches(spec).runs} == {24}
     spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": [2]}, overrides={"scheduler.decay_style": "cosine"})
     with pytest.raises(LaunchError, match=r"'cooldown' sets scheduler.wsd_decay_steps, .* this point's is 'cosine'"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": [2]}, overrides={"training.steps": 8})
     with pytest.raises(LaunchError, match=r"cooldown sets \['training.steps'\] \(training.steps = step \+ cooldown"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     spec = cooldown_spec(tmp_path, source, {"step": [6, 6]})
     with pytest.raises(LaunchError, match=r"step: lists a value twice: \[6, 6\]"):
-        expand(spec, load_spec(spec))
+        branches(spec)
     spec = cooldown_spec(tmp_path, source, {"step": 6, "cooldown": 0})
     with pytest.raises(LaunchError, match=r"cooldown: must be a positive integer or a list of them"):
-        expand(spec, load_spec(spec))
+        branches(spec)
 
 
 @needs_train_gpt
@@ -319,3 +345,166 @@ def test_the_example_wsd_sweeps_run_end_to_end(tmp_path, monkeypatch, capsys):
         {"file": "sweeps/wsd_stable/results.csv", "runs": 4},
         {"file": "sweeps/wsd_cooldown/results.csv", "runs": 8},
     ]
+
+
+def moved_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A source sweep with checkpoints at step 12 (2 x 2 runs) and its branch sweep beside it,
+    expanded and written under tmp/a/sweeps, then moved (with the original path gone) to
+    tmp/b/elsewhere by the test: (old sweeps folder, new one)."""
+    old = tmp_path / "a" / "sweeps"
+    old.mkdir(parents=True)
+    spec = write_spec(old / "stable.yaml", overrides={"training.steps": 24, "parametrization.base_num_layers": 2},
+                      grid={"model.num_layers": [2, 4], "optimizer.lr": [0.001, 0.004]})  # fmt: skip
+    (old / "stable").mkdir()
+    write_plan(old / "stable", expand(spec, load_spec(spec)))
+    for rid in (r.run_id for r in read_plan(old / "stable").runs):
+        plant_checkpoint(old / "stable", rid, STEP)
+    return old, tmp_path / "b" / "elsewhere"
+
+
+def test_a_branch_sweep_moved_with_its_source_keeps_its_ids_and_finds_its_sources(tmp_path):
+    """Expanded at A, both sweeps moved to B (A gone): sweep.yaml's init_from is relative to the
+    sweep directory, so the trainer is given B's checkpoint folders, re-expanding at B gives the
+    same 4 IDs, and results.csv names each source relative to it (the same bytes at A and B)."""
+    old, new = moved_pair(tmp_path)
+    spec = branch_spec(old, old / "stable", **{"training.steps": [14]})
+    plan = expand(spec, load_spec(spec), sweep_dir=old / "cooldown")
+    (old / "cooldown").mkdir()
+    write_plan(old / "cooldown", plan)
+    table_at_a = results_table(old / "cooldown", plan, {r.run_id: run_state(old / "cooldown" / "runs" / r.run_id, 1)
+                                                      for r in plan.runs})  # fmt: skip
+    shutil.move(old.parent, new.parent)
+    (new.parent / "sweeps").rename(new)
+    moved = read_plan(new / "cooldown")
+    for run in moved.runs:
+        argv = moved.train_invocation(new / "cooldown", run).argv()
+        (given,) = [a.split("=", 1)[1] for a in argv if a.startswith("checkpoint.init_from=")]
+        assert json.loads(given).startswith(str(new / "stable" / "runs")) and Path(json.loads(given)).is_dir()
+    assert moved.missing_sources(new / "cooldown", moved.runs) == []
+    spec_b = branch_spec(new, new / "stable", **{"training.steps": [14]})
+    again = expand(spec_b, load_spec(spec_b), sweep_dir=new / "cooldown")
+    assert [r.run_id for r in again.runs] == [r.run_id for r in plan.runs]
+    table_at_b = results_table(new / "cooldown", moved, {r.run_id: run_state(new / "cooldown" / "runs" / r.run_id, 1)
+                                                       for r in moved.runs})  # fmt: skip
+    assert table_at_b == table_at_a
+    assert {row[-5] for row in table_at_b[1:]} == {f"../stable/runs/{r.run_id}" for r in read_plan(new / "stable").runs}
+
+
+def test_a_sweep_expanded_with_absolute_sources_keeps_its_ids_when_expanded_again_after_a_move(
+    tmp_path, monkeypatch, capsys
+):
+    """A sweep.yaml written before sources were relative (absolute init_from, IDs hashing it),
+    moved: `launch run` refuses it (exit 2, naming sweep.yaml, the run and the path) instead of
+    failing every branch at its start; `launch sweep SPEC` from B keeps every ID (a finished branch
+    is not run again), writes the relative form, and then `launch run` finds the sources."""
+    old, new = moved_pair(tmp_path)
+    spec = branch_spec(old, old / "stable", **{"training.steps": [14]})
+    plan = expand(spec, load_spec(spec), sweep_dir=old / "cooldown")
+    absolute = [replace(r, point={**r.point, INIT_FROM_KEY: source_of_dir(old / "cooldown", r)}) for r in plan.runs]
+    legacy = replace(plan, sweep_relative=[], runs=[replace(r, run_id=run_id(r.point, plan.fixed)) for r in absolute])
+    (old / "cooldown").mkdir()
+    write_plan(old / "cooldown", legacy)
+    done = legacy.runs[0].run_id
+    write_summary(old / "cooldown" / "runs" / done, RunSummary(Status.COMPLETED, steps=14))
+    shutil.move(old.parent, new.parent)
+    (new.parent / "sweeps").rename(new)
+
+    use_fake_trainer(monkeypatch)
+    capsys.readouterr()
+    assert main(["run", str(new / "cooldown"), "--no-progress"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert f"{new / 'cooldown' / 'sweep.yaml'}: checkpoint.init_from of 3 run(s) not found" in err
+    assert f"{legacy.runs[1].run_id}: {old / 'stable' / 'runs'}" in err and "launch sweep SPEC" in err
+    assert not (new / "cooldown" / "runs" / legacy.runs[1].run_id).exists()  # nothing started
+
+    spec_b = branch_spec(new, new / "stable", **{"training.steps": [14]})
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(spec_b), "--sweep-dir", str(new / "cooldown"), "--dry-run"]) == ExitCode.OK
+    out = capsys.readouterr()
+    assert "4 run(s) keep their ID" in out.err
+    assert f"skip completed {done}" in " ".join(out.out.split())
+    kept = read_plan(new / "cooldown")
+    assert [r.run_id for r in kept.runs] == [r.run_id for r in legacy.runs]  # a dry run writes nothing
+    assert [r.run_id for r in expand(spec_b, load_spec(spec_b), sweep_dir=new / "cooldown").runs] != [
+        r.run_id for r in legacy.runs
+    ]  # a fresh expansion has other IDs (relative paths hashed): the kept ones are the old ones
+    assert main(["sweep", str(spec_b), "--sweep-dir", str(new / "cooldown"), "--no-progress"]) == ExitCode.OK
+    rewritten = read_plan(new / "cooldown")
+    assert [r.run_id for r in rewritten.runs] == [r.run_id for r in legacy.runs]
+    assert rewritten.sweep_relative == [INIT_FROM_KEY]
+    assert attempts.read(new / "cooldown" / "runs" / done).attempts == []  # the finished one: not run again
+    assert all(len(attempts.read(new / "cooldown" / "runs" / r.run_id).attempts) == 1 for r in legacy.runs[1:])
+    assert orphan_run_dirs(new / "cooldown", rewritten) == []
+
+
+def source_of_dir(sweep_dir: Path, run: PlannedRun) -> str:
+    return os.path.normpath(sweep_dir / run.point[INIT_FROM_KEY])
+
+
+def test_a_branch_finds_its_moved_source_from_its_record_old_or_new(tmp_path):
+    """summary.json's branch_of: with relative_run_dir (written now) the source is found where the
+    pair moved; a record without it (written before) is moved as the branch's config.yaml run.dir
+    moved. Old code read the absolute path of the gone place. The joined curve: the source's rows
+    up to the branch step (2 of 3), then the branch's own."""
+    a = tmp_path / "a"
+    src, branch = a / "stable" / "runs" / "S", a / "cooldown" / "runs" / "B"
+    for folder, steps in ((src, (5, 10, 15)), (branch, (12, 14))):
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", "step": s, "loss": 1.0 * s}) + "\n"
+                                                      for s in steps))  # fmt: skip
+    (branch / "config.yaml").write_text(yaml.safe_dump({"run": {"dir": str(branch)}}))
+    old_record = {"run_dir": str(src), "checkpoint": str(src / "checkpoints" / "step_00000010"), "step": 10}
+    for record in (old_record, with_relative_source(old_record, branch)):
+        write_summary(branch, RunSummary(Status.COMPLETED, steps=14, branch_of=record))
+        b = tmp_path / "b"
+        shutil.copytree(a, b)
+        moved = b / "cooldown" / "runs" / "B"
+        shutil.rmtree(a)
+        assert branch_source(moved, None) == {"run_dir": str(b / "stable" / "runs" / "S"), "step": 10}
+        assert [r["step"] for r in read_metrics_with_source(moved)] == [5, 10, 12, 14]
+        shutil.move(b, a)
+    assert with_relative_source(old_record, branch)["relative_run_dir"] == "../../../stable/runs/S"
+
+
+@needs_train_gpt
+def test_the_wsd_pair_carried_to_another_path_resumes_there_and_is_read_there(tmp_path, monkeypatch, capsys):
+    """As a sweep carried to a GPU node: both example sweeps (one depth, one branch step and
+    cooldown: 2 runs, 2 branches) at A, one branch not yet run; A tarred... moved to B/deep/C (A
+    gone). `launch run` from another directory trains that branch from B's source checkpoint (on
+    the old code it named A's and failed, exit 1) and nothing else; the same `launch sweep` from
+    C starts nothing; results.csv is byte for byte the one A had once every branch was done; and
+    `eval loss-curves` joins each branch to its source at C."""
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    a = tmp_path / "a"
+    specs = a / "configs" / "sweeps" / "wsd"
+    specs.mkdir(parents=True)
+    shutil.copy(WSD / "stable.yaml", specs / "stable.yaml")
+    shutil.copy(WSD / "cooldown.yaml", specs / "cooldown.yaml")
+    shutil.copy(TINY_BASE, a / "configs" / "tiny_cpu.yaml")
+    monkeypatch.chdir(a)
+    assert main(["sweep", "configs/sweeps/wsd/stable.yaml", "grid.model.num_layers=[2]", "--no-progress"]) == 0
+    cooldown = ["sweep", "configs/sweeps/wsd/cooldown.yaml", "grid.optimizer.min_lr_ratio=[0.0]", "--no-progress",
+                'grid.checkpoint.init_from={"runs_of": "sweeps/wsd_stable", "step": 6, "cooldown": 2}']  # fmt: skip
+    assert main(cooldown) == 0
+    whole = (a / "sweeps" / "wsd_cooldown" / "results.csv").read_bytes()
+    ids = sorted(p.name for p in (a / "sweeps" / "wsd_cooldown" / "runs").iterdir())
+    assert len(ids) == 3 and ids[0] == ".index_cache"
+    shutil.rmtree(a / "sweeps" / "wsd_cooldown" / "runs" / ids[1])  # not run yet when it was carried
+    c = tmp_path / "b" / "deep" / "c"
+    c.parent.mkdir(parents=True)
+    shutil.move(a, c)
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(c / "sweeps" / "wsd_cooldown"), "--no-progress"]) == 0
+    runs = c / "sweeps" / "wsd_cooldown" / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ids
+    assert [len(attempts.read(runs / rid).attempts) for rid in ids[1:]] == [1, 1]
+    assert json.loads((runs / ids[1] / "summary.json").read_text())["branch_of"]["run_dir"].startswith(str(c))
+    assert (c / "sweeps" / "wsd_cooldown" / "results.csv").read_bytes() == whole
+    monkeypatch.chdir(c)
+    assert main(cooldown) == 0
+    assert [len(attempts.read(runs / rid).attempts) for rid in ids[1:]] == [1, 1]  # nothing run again
+    assert (c / "sweeps" / "wsd_cooldown" / "results.csv").read_bytes() == whole
+    capsys.readouterr()
+    assert eval_main(["loss-curves", "sweeps/wsd_cooldown", "--out", "curves", "--no-figures"]) == 0
+    assert "2 runs (2 with their source's rows up to the branch step)" in capsys.readouterr().out

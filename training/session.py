@@ -53,6 +53,7 @@ from rundir.files import (
     step_dir_name,
     truncate_diagnostics,
     truncate_metrics,
+    with_relative_source,
 )
 from training.loop_parts import pipeline_note
 
@@ -282,7 +283,10 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as exc:
             raise SetupError(unreadable_checkpoint(run_dir, exc, ckpt)) from exc
         resume = ResumePoint(common["step"], tuple(common["evals"]), common["wall_time_s"])
-        branch = common.get("branch_of")  # a continued run keeps naming its source
+        # a continued run keeps naming its source (relative to where the checkpoint was saved: a
+        # record written before relative_run_dir existed gets it here)
+        saved_in = common.get("config", {}).get("run", {}).get("dir") or run_dir
+        branch = with_relative_source(common.get("branch_of"), Path(saved_in))
         log.info("resumed from %s (step %d)", ckpt, resume.step)
     runlog = None
     if is_main:
@@ -418,7 +422,7 @@ def continue_from(
             backend.layout,
             hint="run the branch with the source's tensor- and pipeline-parallel sizes",
         )
-    record = checkpoint.branch_record(source, common)
+    record = with_relative_source(checkpoint.branch_record(source, common), Path(cfg.run.dir))
     src_steps = int(common["config"]["training"]["steps"])
     if src_steps != cfg.training.steps:  # megatron's sample order depends on the sample count
         other = build_datasets(cfg, cfg.index_cache_dir(), checked=data.tokenizer, steps=src_steps)
