@@ -202,8 +202,9 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     """A run whose data_prep used a tokenizer.json: the export carries it; ids identical."""
     from pydoc_data.topics import topics
 
+    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from data_prep.api import build_from_texts
 
@@ -228,6 +229,18 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert exported.eos_token_id == tok.token_to_id("<|endoftext|>") == record["vocab"]["eod_id"]
     assert exported.model_max_length == 64 == record["tokenizer"]["model_max_length"]  # model.seq_length
+    # 600 ids padded to 640 rows: the padding logits stay (the parity loss above is over them), and
+    # generate() never emits one: planted as the next token's argmax, it is emitted only unsuppressed
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    prompt = exported("def f(x):", return_tensors="pt")
+    with torch.no_grad():
+        last = model(**prompt, output_hidden_states=True).hidden_states[-1][0, -1]
+        model.lm_head.weight[620] = 1e3 * last / last.norm()
+    unsuppressed = model.generate(**prompt, max_new_tokens=1, do_sample=False, suppress_tokens=[])
+    generated = model.generate(**prompt, max_new_tokens=1, do_sample=False)
+    assert unsuppressed[0, -1] == 620 and generated[0, -1] < 600
+    assert model.generation_config.suppress_tokens == list(range(600, 640))
+    assert record["vocab"] == {"tokenizer": 600, "rows": 640, "eod_id": 0, "suppressed_in_generation": 40}
     # The tokenizer file changed after the data was made (here: trained to another size): refused.
     other = Tokenizer(models.BPE())
     other.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
