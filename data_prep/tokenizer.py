@@ -25,6 +25,8 @@ from jobscripts.atomic import atomic_write_bytes
 # EOS spellings tried, in order, when a Hugging Face tokenizer is loaded without eod_token.
 _HF_EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]")
 _HF_PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|finetune_right_pad_id|>")
+# Megatron-LM's GPT2BPETokenizer files (--vocab-file, --merge-file)
+_GPT2_FILES = ("vocab.json", "merges.txt")
 # Megatron's rule (tools/preprocess_data.py, GPTDatasetConfig): uint16 while every id fits.
 UINT16_VOCAB_LIMIT = 65500
 
@@ -185,6 +187,15 @@ def tokenizer_type(path: str | os.PathLike) -> str:
 def load_tokenizer(path: str | os.PathLike, eod_token: str | None = None) -> Tokenizer:
     """A SentencePiece ``.model`` or a Hugging Face ``tokenizer.json`` (or a folder holding one)."""
     path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    if path.name in _GPT2_FILES or (path.is_dir() and not (path / "tokenizer.json").exists()):
+        if all((folder / name).is_file() for name in _GPT2_FILES):
+            raise TokenizerError(
+                f"{folder}: GPT-2 BPE files (vocab.json, merges.txt) are not read directly; convert them to a "
+                "tokenizer.json there: from tokenizers import ByteLevelBPETokenizer; t = ByteLevelBPETokenizer("
+                f"'{folder / 'vocab.json'}', '{folder / 'merges.txt'}'); t.add_special_tokens(['<|endoftext|>']); "
+                f"t.save('{folder / 'tokenizer.json'}')"
+            )
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():

@@ -124,6 +124,33 @@ def test_bad_tokenizer_files(tmp_path):
         load_tokenizer(bad_json)
 
 
+def test_gpt2_vocab_and_merges_name_the_conversion_and_it_gives_the_same_ids(tmp_path):
+    """Megatron-LM's GPT-2 BPE files (vocab.json + merges.txt): before, the folder said "tokenizer
+    file not found: .../tokenizer.json" and vocab.json "not a Hugging Face tokenizer.json"; now
+    the error gives the conversion, and the converted file encodes as the original byte-level BPE."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = [english_doc(i) for i in range(20)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    )
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    tok.model.save(str(gpt2))
+    for given in (gpt2, gpt2 / "vocab.json", gpt2 / "merges.txt"):
+        with pytest.raises(TokenizerError, match="GPT-2 BPE files") as err:
+            load_tokenizer(given)
+    recipe = str(err.value).split("tokenizer.json there: ")[1]
+    exec(recipe.replace("; ", "\n"))
+    converted = load_tokenizer(gpt2)
+    assert (converted.vocab_size, converted.eod) == (400, 0)
+    assert converted.encode_batch(texts) == [tok.encode(t).ids for t in texts]
+
+
 def _many_characters(documents: int = 20) -> list[str]:
     """English lines with 400 distinct CJK characters: more pieces than a 300-piece model holds."""
     chars = "".join(chr(0x4E00 + i) for i in range(400))

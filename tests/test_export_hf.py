@@ -202,8 +202,9 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     """A run whose data_prep used a tokenizer.json: the export carries it; ids identical."""
     from pydoc_data.topics import topics
 
+    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from data_prep.api import build_from_texts
 
@@ -228,6 +229,18 @@ def test_hugging_face_tokenizer_json_is_exported_as_is(tmp_path, megatron):
     exported = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert exported.eos_token_id == tok.token_to_id("<|endoftext|>") == record["vocab"]["eod_id"]
     assert exported.model_max_length == 64 == record["tokenizer"]["model_max_length"]  # model.seq_length
+    # 600 ids padded to 640 rows: the padding logits stay (the parity loss above is over them), and
+    # generate() never emits one: planted as the next token's argmax, it is emitted only unsuppressed
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    prompt = exported("def f(x):", return_tensors="pt")
+    with torch.no_grad():
+        last = model(**prompt, output_hidden_states=True).hidden_states[-1][0, -1]
+        model.lm_head.weight[620] = 1e3 * last / last.norm()
+    unsuppressed = model.generate(**prompt, max_new_tokens=1, do_sample=False, suppress_tokens=[])
+    generated = model.generate(**prompt, max_new_tokens=1, do_sample=False)
+    assert unsuppressed[0, -1] == 620 and generated[0, -1] < 600
+    assert model.generation_config.suppress_tokens == list(range(600, 640))
+    assert record["vocab"] == {"tokenizer": 600, "rows": 640, "eod_id": 0, "suppressed_in_generation": 40}
     # The tokenizer file changed after the data was made (here: trained to another size): refused.
     other = Tokenizer(models.BPE())
     other.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -342,6 +355,38 @@ def test_sentencepiece_export_encodes_special_token_strings_as_text(tmp_path, sp
     theirs.save_pretrained(str(tmp_path / "matching"))
     bad = encoding_parity(ours, tmp_path / "matching", ["plain text"])
     assert bad["identical_ids"] == 1 < bad["texts"] and "</s>" in bad["first_difference"]["text"]
+
+
+def test_a_tokenizer_json_that_adds_a_bos_is_exported_adding_nothing(tmp_path):
+    """A Llama-style tokenizer.json whose post-processor puts "<s>" (id 3) before every text:
+    data_prep encodes without it, so no training sequence holds id 3, but transformers encodes with
+    add_special_tokens=True by default: the export drops that post-processor (before: "a b" gave
+    [3, 0, 1]), and the parity check counts the default encoding (an export that kept it: 0 of 4)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import AutoTokenizer
+
+    from data_prep.tokenizer import load_tokenizer
+    from training.hf_tokenizer import encoding_parity, export_tokenizer
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "b": 1, "</s>": 2, "<s>": 3}, unk_token="a"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["</s>", "<s>"])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 3)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    ours = load_tokenizer(tmp_path / "tokenizer.json")
+    assert (ours.encode("a b"), ours.eod, tok.encode("a b").ids) == ([0, 1], 2, [3, 0, 1])
+    record = export_tokenizer(tmp_path / "tokenizer.json", ours.eod, tmp_path / "hf", 64)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert theirs("a b")["input_ids"] == [0, 1] == theirs.encode("b a")[::-1]
+    assert record["dropped_post_processor"] == "TemplateProcessing"
+    assert (theirs.bos_token_id, theirs.eos_token_id) == (2, 2)  # BOS is EOD, as the data has it
+    parity = encoding_parity(ours, tmp_path / "hf", ["a b", "b b a"])
+    assert parity["texts"] == parity["identical_ids"] == 4  # 2 texts, a probe each of "</s>" and "<s>"
+    kept = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    theirs._tokenizer.post_processor = kept.post_processor
+    theirs.save_pretrained(str(tmp_path / "kept"))
+    bad = encoding_parity(ours, tmp_path / "kept", ["a b", "b b a"])
+    assert bad["identical_ids"] == 0 and bad["first_difference"]["export"] == [3, 0, 1]
 
 
 def test_exported_config_starts_documents_with_the_end_of_document_token(tmp_path):

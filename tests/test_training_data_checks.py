@@ -185,6 +185,11 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         "optimizer.lr=0.01",
         *FAST,
     ]
+    # data made with one tokenizer, data.tokenizer another (test_a_manifest_with_another_data_tokenizer_...)
+    data = prepared(root / "other_tokenizer", word_tokenizer(root / "ours" / "tokenizer.json", VOCAB))
+    other = word_tokenizer(root / "other" / "tokenizer.json", 600)
+    runs["other_tokenizer"] = ["--config", str(TINY), f"run.dir={root / 'runs' / 'other_tokenizer'}"]
+    runs["other_tokenizer"] += [f"data.manifest={data}", f"data.tokenizer={other}", *FAST]
     out = subprocess.run(
         [sys.executable, "-c", DRIVER, json.dumps(runs)],
         cwd=REPO,
@@ -273,3 +278,82 @@ def test_data_identity_reads_each_index_header_once_through_the_checked_reader(t
     corrupt_idx(bad)
     with pytest.raises(ValueError, match=r"data.manifest: .*bad/train.idx is not a megatron index"):
         data_identity(tiny_config(f"data.manifest={bad}"), tokenizer)
+
+
+def word_tokenizer(path: Path, n: int) -> Path:
+    """A Hugging Face tokenizer.json of ``n`` ids: words w0..w{n-2}, then <|endoftext|> (id n-1)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(n - 1)} | {"<|endoftext|>": n - 1}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def prepared(out: Path, tokenizer: Path) -> Path:
+    """A data_prep output folder made with ``tokenizer`` (its copy, sha256, vocabulary and EOD in the
+    manifest). The ids stay below 511, so any tokenizer of >= 512 ids passes the vocabulary check."""
+    from data_prep.tokenizer import load_tokenizer
+
+    good(out)
+    shutil.copy(tokenizer, out / "tokenizer.json")
+    tok = load_tokenizer(out / "tokenizer.json")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tokenizer"] = {
+        "path": "tokenizer.json",
+        "sha256": tok.sha256,
+        "vocab_size": tok.vocab_size,
+        "eod_id": tok.eod,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_data_tokenizer_must_be_the_one_the_data_was_made_with(tmp_path):
+    """The data was made with a 512-id tokenizer; data.tokenizer names a 600-id one (every id of
+    the data fits it, so the vocabulary check passes). Before, a manifest run ignored data.tokenizer
+    and a prefixes run trained with it, silently; now both are refused naming both files."""
+    from training.data import check_data
+
+    ours = word_tokenizer(tmp_path / "ours" / "tokenizer.json", VOCAB)
+    other = word_tokenizer(tmp_path / "other" / "tokenizer.json", 600)
+    data = prepared(tmp_path / "data", ours)
+    runs = {
+        "data.manifest": [f"data.manifest={data}"],
+        "data.train_prefixes": [f"data.train_prefixes=[{data / 'train'}]", f"data.valid_prefixes=[{data / 'valid'}]"],
+    }
+    for key, source in runs.items():
+        info = check_data(tiny_config(*source, f"data.tokenizer={ours.parent}", "model.vocab_size=null"))
+        assert (info.vocab_size, info.eod) == (VOCAB, EOD)  # the folder's tokenizer.json: the data's own
+        with pytest.raises(ValueError) as refused:
+            check_data(tiny_config(*source, f"data.tokenizer={other}", "model.vocab_size=null"))
+        line = str(refused.value)
+        assert line.startswith("data.tokenizer: ") and f"tokenizer {key}" in line, line
+        assert f"{other} (sha256 " in line and "600 ids, end of document 599)" in line, line
+        assert f"{data / 'manifest.json'} records {data / 'tokenizer.json'} (sha256 " in line, line
+        assert "512 ids, end of document 511)" in line, line
+    # prefixes copied without their manifest: nothing recorded, so data.tokenizer is the run's
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("train.bin", "train.idx", "valid.bin", "valid.idx"):
+        shutil.copy(data / name, bare / name)
+    info = check_data(
+        tiny_config(
+            f"data.train_prefixes=[{bare / 'train'}]",
+            f"data.valid_prefixes=[{bare / 'valid'}]",
+            f"data.tokenizer={other}",
+        )
+    )
+    assert (info.vocab_size, info.eod) == (600, 599)
+
+
+def test_a_manifest_with_another_data_tokenizer_exits_2_before_training(outcomes):
+    """The command line: exit 2, one error line naming both tokenizers, nothing trained."""
+    result = outcomes["other_tokenizer"]
+    assert result["rc"] == 2, result["err"][-2000:]
+    errors = [line for line in result["err"].splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and result["err"].strip().endswith(errors[0]), result["err"]
+    assert "/other/tokenizer.json (sha256 " in errors[0] and "/other_tokenizer/tokenizer.json (sha256 " in errors[0]
+    assert not (result["run_dir"] / "metrics.jsonl").exists()

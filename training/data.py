@@ -28,7 +28,7 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 from megatron.core.datasets.indexed_dataset import _INDEX_HEADER, DType, get_bin_path, get_idx_path
 
-from data_prep.manifest import read_manifest
+from data_prep.manifest import MANIFEST_FILE, read_manifest
 from runconfig.schema import RunConfig
 
 
@@ -48,14 +48,77 @@ def tokenizer_info(cfg: RunConfig) -> TokenizerInfo:
         m = read_manifest(d.manifest)
         return TokenizerInfo(m.vocab_size, m.eod_id, m.tokenizer_sha256 or str(m.path))
     if d.tokenizer:
-        from data_prep.tokenizer import load_tokenizer
-
-        tok = load_tokenizer(d.tokenizer)
-        digest = hashlib.sha256(Path(d.tokenizer).read_bytes()).hexdigest()
-        return TokenizerInfo(tok.vocab_size, tok.eod, digest)
+        tok = _given_tokenizer(d.tokenizer)
+        return TokenizerInfo(tok.vocab_size, tok.eod, tok.sha256)  # the file's sha256 (a folder's tokenizer.json)
     if d.mock:
         return TokenizerInfo(cfg.model.vocab_size, cfg.model.vocab_size - 1, "mock")
     raise ValueError("data: give data.manifest, data.tokenizer (with data.train_prefixes) or data.mock=true")
+
+
+def _given_tokenizer(path: str) -> Any:
+    """``data.tokenizer``'s file (a folder: its ``tokenizer.json``), loaded; errors name the key."""
+    from data_prep.tokenizer import TokenizerError, load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except TokenizerError as exc:
+        raise ValueError(f"data.tokenizer: {exc}") from None
+
+
+def _describe(path: Optional[str], sha256: Optional[str], vocab_size: int, eod: int) -> str:
+    digest = f"sha256 {sha256[:12]}..., " if sha256 else ""
+    return f"{path or 'no tokenizer file'} ({digest}{vocab_size} ids, end of document {eod})"
+
+
+def check_tokenizer_source(cfg: RunConfig) -> None:
+    """``data.tokenizer`` must be the tokenizer the data was made with, where data_prep recorded
+    it: the manifest of ``data.manifest``, or the manifest beside a ``data.*_prefixes`` entry that
+    lists it (data_prep's output folder). Compared by the file's sha256 (by vocabulary size and
+    end-of-document id when the manifest records no sha256). A mismatch is a ValueError naming
+    both files: training would otherwise read the data's ids as another tokenizer's, silently
+    (a manifest run uses the manifest's tokenizer and ignored ``data.tokenizer`` before)."""
+    d = cfg.data
+    if not d.tokenizer or d.mock:
+        return
+    given = _given_tokenizer(d.tokenizer)
+    if d.manifest:
+        made = [("data.manifest", read_manifest(d.manifest))]
+        fix = "drop data.tokenizer (the manifest names its own), or prepare the data again with this one"
+    else:
+        made = _prefix_manifests(cfg)
+        fix = "give the data's tokenizer, or prepare the data again with this one"
+    for key, m in made:
+        if m.tokenizer_sha256:
+            same = m.tokenizer_sha256 == given.sha256
+        else:
+            same = (m.vocab_size, m.eod_id) == (given.vocab_size, given.eod)
+        if not same:
+            raise ValueError(
+                f"data.tokenizer: {_describe(given.path, given.sha256, given.vocab_size, given.eod)} is not the "
+                f"tokenizer {key}'s data was made with: {m.path} records "
+                f"{_describe(m.tokenizer_path, m.tokenizer_sha256, m.vocab_size, m.eod_id)}; {fix}"
+            )
+
+
+def _prefix_manifests(cfg: RunConfig) -> list[tuple[str, Any]]:
+    """The data_prep manifests that list one of the config's prefixes (each once), with that key."""
+    found: dict[Path, tuple[str, Any]] = {}
+    for key, prefixes in (
+        ("data.train_prefixes", cfg.data.train_prefixes),
+        ("data.valid_prefixes", cfg.data.valid_prefixes),
+    ):
+        for prefix in prefixes:
+            path = Path(prefix).parent / MANIFEST_FILE
+            if path.resolve() in found or not path.is_file():
+                continue
+            try:
+                m = read_manifest(path, key)
+            except ValueError:
+                continue  # not a data_prep manifest: nothing recorded to compare with
+            listed = {Path(p).resolve() for p in m.train_prefixes + m.valid_prefixes}
+            if Path(prefix).resolve() in listed:
+                found[path.resolve()] = (f"{key} ({prefix})", m)
+    return list(found.values())
 
 
 def _blend(prefixes: list[str], weights: Optional[list[float]]) -> Optional[tuple[list[str], Optional[list[float]]]]:
@@ -248,9 +311,10 @@ class Datasets:
 
 def check_data(cfg: RunConfig) -> TokenizerInfo:
     """Every check of the run's data that needs no process group or model: the manifest, the
-    tokenizer and each prefix (:func:`check_indexed_dataset`), so that broken data exits 2
+    tokenizer (and that ``data.tokenizer`` is the data's: :func:`check_tokenizer_source`) and each prefix (:func:`check_indexed_dataset`), so that broken data exits 2
     before anything is built. Returns the tokenizer's description."""
     tokenizer = tokenizer_info(cfg)
+    check_tokenizer_source(cfg)
     if not cfg.data.mock:
         dataset_config(cfg, tokenizer, None)
     return tokenizer

@@ -9,6 +9,11 @@ load with no custom code. The multipliers are folded into the weights (training/
 megatron model (patched, from the same checkpoint) and the exported model, float32, same
 tokens: the largest logit difference relative to the largest logit, and the loss difference.
 
+The logits keep megatron's padding rows (ids from the tokenizer's vocabulary size up to the
+embedding's rows, padded for tensor parallelism): the run's loss is a softmax over them, so the
+export's is too. ``generation_config.json`` suppresses them (``suppress_tokens``): ``generate()``
+never emits an id the tokenizer cannot decode.
+
 The run's tokenizer goes with the model (``model_max_length`` = the model's positions,
 ``model.seq_length``); a run whose tokenizer cannot be exported to match the model (mock
 data, a missing or changed tokenizer file, another vocabulary size) is refused unless
@@ -215,6 +220,8 @@ def export(
         tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:
             raise ExportError(f"{layout}: state dict mismatch: missing {missing}, unexpected {unexpected}")
+        if vocab_rows > vocab:  # megatron's padding rows: logits kept (the run's loss is over them), never generated
+            model.generation_config.suppress_tokens = list(range(vocab, vocab_rows))
         model.save_pretrained(str(partial))
         reloaded = AutoModelForCausalLM.from_pretrained(str(partial), dtype=torch.float32)
         batch = _heldout_batch(cfg, parity_sequences)
@@ -229,7 +236,12 @@ def export(
         "architecture": config.architectures[0],
         "preset": resolved.preset,
         "folds": f.to_json(),
-        "vocab": {"tokenizer": vocab, "rows": vocab_rows, "eod_id": eod},
+        "vocab": {
+            "tokenizer": vocab,
+            "rows": vocab_rows,
+            "eod_id": eod,
+            "suppressed_in_generation": vocab_rows - vocab,
+        },
         "parity": parity,
         "tokenizer": None,
         "weights_only": weights_only,
