@@ -38,6 +38,13 @@ class SlurmOptions:
     max_requeues: int = (
         20  # a job whose command exits 75 while SLURM runs it requeues itself (jobscripts.requeue); 0: never
     )
+    # a sweep's arrays: at most this many tasks each (default: the cluster's MaxArraySize); set it
+    # below a per-user submit limit (MaxSubmitJobs counts every array task) to submit in parts
+    max_array_tasks: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.max_array_tasks is not None and (isinstance(self.max_array_tasks, bool) or self.max_array_tasks < 1):
+            raise ValueError(f"slurm.max_array_tasks: must be a positive integer, got {self.max_array_tasks!r}")
 
 
 def cpu_request_note(opts: SlurmOptions, gpus: int) -> Optional[str]:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Optional
+
+from jobscripts import slurm_cli
 
 GONE = "Invalid job id specified"  # squeue's stderr for a single job id it no longer knows
 # States in which a job's processes may still run (anything else, PENDING after a requeue
@@ -38,24 +41,46 @@ class QueueError(RuntimeError):
 
 def rows(job_ids: Collection[str], fields: str, timeout: float = 120) -> list[list[str]]:
     """``squeue -h -j IDS -o FIELDS`` split into words, one list per line: the jobs of ``job_ids``
-    that the queue still lists (none for ids it forgot). Raises :class:`QueueError` when squeue
-    is missing, times out, or fails for any other reason."""
+    that the queue still lists (none for ids it forgot). A busy controller's errors are retried
+    (:mod:`jobscripts.slurm_cli`); raises :class:`QueueError` when squeue is missing, times out,
+    or fails for any other reason."""
     ids = sorted({str(i) for i in job_ids})
     if not ids:
         return []
-    argv = ["squeue", "-h", "-j", ",".join(ids), "-o", fields]
+    return [line.split() for line in _query(["-j", ",".join(ids), "-o", fields], timeout).splitlines() if line.strip()]
+
+
+def _query(args: Sequence[str], timeout: float) -> str:
+    """``squeue -h ARGS``'s output ("" for a single job id it forgot); :class:`QueueError` else."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = slurm_cli.run(["squeue", "-h", *args], timeout)
     except FileNotFoundError:
         raise QueueError("squeue not found on PATH (is this a SLURM login node?)") from None
     except subprocess.TimeoutExpired:
         raise QueueError(f"squeue did not answer in {timeout:.0f} s") from None
     if proc.returncode != 0:
-        message = proc.stderr.strip() or proc.stdout.strip()
+        message = slurm_cli.error_text(proc)
         if GONE in message:
-            return []
+            return ""
         raise QueueError(f"squeue exited {proc.returncode}: {message}")
-    return [line.split() for line in proc.stdout.splitlines() if line.strip()]
+    return proc.stdout
+
+
+def jobs_of_scripts(scripts: Collection[Path], timeout: float = 120) -> dict[Path, str]:
+    """``script -> job id`` of this user's queued or running jobs whose batch script is one of
+    ``scripts`` (squeue's ``%o``: sbatch makes the path absolute). How a submission whose
+    ``sbatch`` timed out, or whose job id was never written down, is found again.
+    Raises :class:`QueueError` when squeue cannot answer."""
+    wanted = {}
+    for script in scripts:
+        wanted[os.path.abspath(script)] = script
+        wanted.setdefault(str(Path(script).resolve()), script)
+    found: dict[Path, str] = {}
+    for line in _query(["-u", str(os.getuid()), "-o", "%F|%o"], timeout).splitlines():
+        job_id, _, command = line.strip().partition("|")
+        if command in wanted and job_id.isdigit():
+            found.setdefault(wanted[command], job_id)
+    return found
 
 
 def listed_array_jobs(job_ids: Collection[str]) -> set[str]:

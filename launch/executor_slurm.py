@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
 from typing import Optional
 
-from jobscripts import sbatch, squeue
+from jobscripts import sbatch, slurm_cli, squeue
 from jobscripts.atomic import atomic_write_text
 from jobscripts.requeue import requeue_command
 from jobscripts.scripts import SlurmOptions, cpu_request_note, render_script, sbatch_directives
@@ -39,9 +40,10 @@ MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize (task ids 0..1000): larger
 
 
 def max_array_size() -> int:
-    """The cluster's ``MaxArraySize`` (``scontrol show config``), else SLURM's default."""
+    """The cluster's ``MaxArraySize`` (``scontrol show config``, a busy controller retried), else
+    SLURM's default."""
     try:
-        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+        done = slurm_cli.run(["scontrol", "show", "config"], timeout=30)
     except (OSError, subprocess.SubprocessError):
         return MAX_ARRAY_SIZE
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout, re.MULTILINE)
@@ -131,10 +133,30 @@ def submission_folders(sweep_dir: Path) -> dict[str, Path]:
     submissions: dict[str, Path] = {}
     for record in sorted((sweep_dir / SUBMISSIONS_DIR).glob(f"*/{JOB_FILE}")):
         try:
-            submissions[str(json.loads(record.read_text())["job_id"])] = record.parent
+            job_id = json.loads(record.read_text())["job_id"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a submission that never got a job id holds no runs
+        if job_id is not None:  # None: sbatch's answer was lost and squeue never listed the script
+            submissions[str(job_id)] = record.parent
     return submissions
+
+
+def adopt_unconfirmed(sweep_dir: Path) -> None:
+    """Give a job id to the submissions whose sbatch answer was lost (the controller timed out,
+    or this process died before writing ``job.json``): squeue's job running that folder's
+    ``array.sbatch``, or none (``job_id: null``) where squeue lists no such job. Raises
+    :class:`jobscripts.squeue.QueueError` when squeue cannot answer."""
+    scripts = [f / SCRIPT_FILE for f in (sweep_dir / SUBMISSIONS_DIR).glob("*/") if not (f / JOB_FILE).exists()]
+    scripts = [s for s in scripts if s.is_file()]
+    if not scripts:
+        return
+    found = squeue.jobs_of_scripts(scripts)
+    for script in scripts:
+        record = {"job_id": found.get(script), "found_in_squeue_at": _now()}
+        atomic_write_text(script.parent / JOB_FILE, json.dumps(record, indent=1) + "\n")
+        if found.get(script):
+            print(f"[launch] {script.parent.name}: sbatch's answer was lost; squeue lists it as array job "
+                  f"{found[script]}", file=sys.stderr)  # fmt: skip
 
 
 def submit_array(
@@ -157,6 +179,8 @@ def submit_array(
     states = {r.run_id: run_state(run_dir(sweep_dir, r.run_id), plan.executor.max_retries) for r in plan.runs}
     needed = [rid for rid, state in states.items() if state.needs_work and rid not in exclude]
     try:
+        if needed and not dry_run:
+            adopt_unconfirmed(sweep_dir)
         live = live_arrays(sweep_dir) if needed else {}
     except squeue.QueueError as exc:
         if not dry_run:
@@ -183,28 +207,109 @@ def submit_array(
     if held:
         print(f"[launch] sweep {plan.name}: skipped {len(needed) - len(pending)} runs of live array job "
               f"{', '.join(held)} (squeue)", file=sys.stderr)  # fmt: skip
-    per = plan.executor.runs_per_gpu
-    # One array holds at most MaxArraySize tasks: more runs go in several arrays, each waiting for
-    # the one before it to end (afterany), so no more than max_parallel tasks run at a time.
-    per_array = max_array_size() * per
-    chunks = [pending[i : i + per_array] for i in range(0, len(pending), per_array)]
-    if len(chunks) > 1:
-        print(f"[launch] sweep {plan.name}: {len(pending)} runs need {array_tasks(len(pending), per)} array tasks, "
-              f"more than MaxArraySize ({per_array // per}): submitting {len(chunks)} arrays, each after the one "
-              "before it ends", file=sys.stderr)  # fmt: skip
     if note := cpu_request_note(SlurmOptions(**plan.slurm), plan.executor.gpus_per_run):
         print(f"[launch] warning: {note}", file=sys.stderr)
+    return _submit_chunks(plan, sweep_dir, pending, max_parallel, cwd, dry_run, None)
+
+
+def _submit_chunks(
+    plan: SweepPlan,
+    sweep_dir: Path,
+    pending: list[str],
+    max_parallel: int,
+    cwd: Path,
+    dry_run: bool,
+    after: Optional[str],
+) -> ExitCode:
+    """Submit ``pending`` as arrays of at most MaxArraySize (or ``slurm.max_array_tasks``) tasks,
+    each after the one before it ends (afterany), so no more than max_parallel tasks run at a time.
+
+    An array refused by a submit limit (MaxSubmitJobs: every array task counts) is tried again
+    at half its size, down to one task, so what fits under the limit is queued; the command
+    then says how many runs are left for a rerun to submit."""
+    per = plan.executor.runs_per_gpu
+    cluster = max_array_size()
+    knob = SlurmOptions(**plan.slurm).max_array_tasks
+    size = min(cluster, knob) if knob else cluster  # tasks per array
+    planned = -(-len(pending) // (size * per))
+    if planned > 1:
+        which = f"slurm.max_array_tasks ({size})" if knob and knob < cluster else f"MaxArraySize ({size})"
+        print(f"[launch] sweep {plan.name}: {len(pending)} runs need {array_tasks(len(pending), per)} array tasks, "
+              f"more than {which}: submitting {planned} arrays, each after the one before it ends",
+              file=sys.stderr)  # fmt: skip
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    previous: Optional[str] = None
-    for k, chunk in enumerate(chunks):
-        folder = sweep_dir / SUBMISSIONS_DIR / (stamp if len(chunks) == 1 else f"{stamp}-{k + 1}of{len(chunks)}")
-        code, previous = _submit_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, dry_run, previous)
-        if code:
-            if k:
-                print(f"[launch] arrays 1-{k} of {len(chunks)} were submitted; run this again to submit the "
-                      "rest", file=sys.stderr)  # fmt: skip
-            return code
+    done, jobs, limit = 0, [], None
+    while done < len(pending):
+        chunk = pending[done : done + size * per]
+        total = len(jobs) + -(-(len(pending) - done) // (size * per))
+        folder = sweep_dir / SUBMISSIONS_DIR / (stamp if total == 1 else f"{stamp}-{len(jobs) + 1}of{total}")
+        if dry_run:
+            _show_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, after)
+            done, after = done + len(chunk), f"<array {folder.name}>"
+            continue
+        try:
+            after = _submit_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, after)
+        except sbatch.SubmitError as exc:
+            if not exc.unknown:  # nothing of it is queued: its files would only mislead
+                shutil.rmtree(folder, ignore_errors=True)
+            tasks = array_tasks(len(chunk), per)
+            if exc.limit and tasks > 1:
+                if limit is None:
+                    print(f"[launch] sbatch refused an array of {tasks} tasks: {exc.limit} (a cap on your queued "
+                          "jobs, every array task counting): trying smaller arrays", file=sys.stderr)  # fmt: skip
+                limit, size = exc.limit, -(-tasks // 2)
+                continue
+            print(f"[launch] {exc}{_hint(exc)}", file=sys.stderr)
+            return _stopped(plan, sweep_dir, jobs, done, len(pending), exc)
+        jobs.append(after)
+        done += len(chunk)
     return ExitCode.OK
+
+
+def _hint(exc: sbatch.SubmitError) -> str:
+    if "Invalid job array specification" in str(exc):
+        return (" (an array larger than the cluster's MaxArraySize, or a % throttle above MaxArraySize: "
+                "slurm.max_array_tasks sets a smaller size)")  # fmt: skip
+    return ""
+
+
+def _stopped(
+    plan: SweepPlan, sweep_dir: Path, jobs: list[str], done: int, total: int, exc: sbatch.SubmitError
+) -> ExitCode:
+    """Say what was queued before sbatch refused (or lost) an array, and what a rerun does."""
+    queued = f"{done} of {total} runs are queued in array job(s) {', '.join(jobs)}" if jobs else "no run was queued"
+    if exc.unknown:
+        rest = ("the array whose answer was lost is looked for in squeue (by its script) before anything is "
+                "submitted again")  # fmt: skip
+    else:
+        rest = f"it submits the other {total - done} (only runs no queued array holds)"
+    if exc.limit:
+        why = (f"{exc.limit} refuses even a one-task array now: {queued}. Run this command again once some of "
+               f"your queued jobs have ended: {rest}. `sacctmgr show assoc user=$USER` and `sacctmgr show qos` "
+               "show the limit (MaxSubmitJobs); slurm.max_array_tasks below it submits in smaller arrays")  # fmt: skip
+    else:
+        why = f"{queued}; run this command again: {rest}"
+    print(f"[launch] sweep {plan.name}: {why} (`python -m launch status {sweep_dir}`)", file=sys.stderr)
+    return ExitCode.FAILED
+
+
+def _prepare(
+    plan: SweepPlan, sweep_dir: Path, folder: Path, runs: list[str], max_parallel: int, cwd: Path
+) -> tuple[str, str]:
+    """``folder``'s array script and runs.txt for ``runs``."""
+    tasks = array_tasks(len(runs), plan.executor.runs_per_gpu)
+    script = array_script(plan, sweep_dir, folder / LIST_FILE, tasks, max_parallel, cwd)
+    return script, "".join(f"{rid}\n" for rid in runs)
+
+
+def _show_one(
+    plan: SweepPlan, sweep_dir: Path, folder: Path, runs: list[str], max_parallel: int, cwd: Path, after: Optional[str]
+) -> None:
+    script, listing = _prepare(plan, sweep_dir, folder, runs, max_parallel, cwd)
+    dependency = f" --dependency=afterany:{after}" if after else ""
+    sys.stdout.write(script)
+    print(f"[launch] dry run: would write {folder / SCRIPT_FILE} and {folder / LIST_FILE}{dependency}:\n{listing}",
+          file=sys.stderr, end="")  # fmt: skip
 
 
 def _submit_one(
@@ -214,29 +319,16 @@ def _submit_one(
     runs: list[str],
     max_parallel: int,
     cwd: Path,
-    dry_run: bool,
     after: Optional[str],
-) -> tuple[ExitCode, Optional[str]]:
+) -> str:
     """Write ``folder``'s runs.txt and array.sbatch for ``runs`` and submit it (after job ``after``
-    ends, when given); the exit code and the array's job id."""
-    tasks = array_tasks(len(runs), plan.executor.runs_per_gpu)
-    list_file, script_file = folder / LIST_FILE, folder / SCRIPT_FILE
-    script = array_script(plan, sweep_dir, list_file, tasks, max_parallel, cwd)
-    listing = "".join(f"{rid}\n" for rid in runs)
-    dependency = [f"--dependency=afterany:{after}"] if after else []
-    if dry_run:
-        sys.stdout.write(script)
-        print(f"[launch] dry run: would write {script_file} and {list_file}{' '.join(['', *dependency])}:\n"
-              f"{listing}", file=sys.stderr, end="")  # fmt: skip
-        return ExitCode.OK, f"<array {folder.name}>"
-    atomic_write_text(list_file, listing)
+    ends, when given); the array's job id. Raises :class:`jobscripts.sbatch.SubmitError`."""
+    script, listing = _prepare(plan, sweep_dir, folder, runs, max_parallel, cwd)
+    script_file = folder / SCRIPT_FILE
+    atomic_write_text(folder / LIST_FILE, listing)
     atomic_write_text(script_file, script)
     output = str(folder).replace("%", "%%") + "/%A_%a.out"
-    try:
-        job_id = sbatch.submit(script_file, output, dependency)
-    except sbatch.SubmitError as exc:
-        print(f"[launch] {exc}", file=sys.stderr)
-        return ExitCode.FAILED, None
+    job_id = sbatch.submit(script_file, output, [f"--dependency=afterany:{after}"] if after else [])
     record = {"job_id": job_id, "runs": len(runs), "max_parallel": max_parallel, "submitted_at": _now()}
     if after:
         record["after"] = after
@@ -246,7 +338,7 @@ def _submit_one(
     waits = f", after job {after} ends" if after else ""
     print(f"submitted array job {job_id}: {len(runs)} runs{packing}, at most {max_parallel} tasks at a time{waits} "
           f"({folder})")  # fmt: skip
-    return ExitCode.OK, job_id
+    return job_id
 
 
 def _now() -> str:

@@ -337,6 +337,19 @@ def test_status_after_the_job_died_at_once_says_pending_and_a_rerun_finishes(slu
 # ----------------------------------------------------------------------------- (e) over MaxArraySize
 
 
+def _three_runs_one_at_a_time(tmp_path: Path, monkeypatch, **changes) -> Path:
+    """A spec of 3 fake-trainer runs, one array task at a time (spec keys ``changes`` added)."""
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.05")
+    return derived_spec(
+        tmp_path,
+        grid={"optimizer.lr": [0.001, 0.002, 0.003]},
+        overrides={"training.steps": 8, "parametrization.base_num_layers": 2},
+        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+        train_cmd=FAKE_TRAIN_CMD,
+        **changes,
+    )
+
+
 def test_sweep_over_max_array_size_runs_as_chained_arrays(slurm: Cluster, tmp_path, monkeypatch, capsys):
     """More runs than MaxArraySize (scontrol's answer made 2 here; SLURM's default is 1001): two
     arrays, the second held by --dependency=afterany on the first, every run trained once."""
@@ -350,14 +363,7 @@ def test_sweep_over_max_array_size_runs_as_chained_arrays(slurm: Cluster, tmp_pa
     )
     (fake / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.05")
-    spec = derived_spec(
-        tmp_path,
-        grid={"optimizer.lr": [0.001, 0.002, 0.003]},
-        overrides={"training.steps": 8, "parametrization.base_num_layers": 2},
-        executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
-        train_cmd=FAKE_TRAIN_CMD,
-    )
+    spec = _three_runs_one_at_a_time(tmp_path, monkeypatch)
     sweep_dir = tmp_path / "sw"
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0
     assert "more than MaxArraySize (2): submitting 2 arrays" in capsys.readouterr().err
@@ -370,6 +376,31 @@ def test_sweep_over_max_array_size_runs_as_chained_arrays(slurm: Cluster, tmp_pa
     assert main(["status", str(sweep_dir)]) == 0
     assert main(["sweep", str(spec), "--sweep-dir", str(sweep_dir)]) == 0  # nothing left: exit 0, nothing submitted
     assert len(_arrays(sweep_dir)) == 2
+
+
+def test_max_array_tasks_and_a_lost_sbatch_answer(slurm: Cluster, tmp_path, monkeypatch, capsys):
+    """``slurm.max_array_tasks: 2`` (the cluster's MaxArraySize is 1001): 3 runs in two chained
+    arrays. The second array's job.json is removed while it waits, as when sbatch's answer is
+    lost (a controller that timed out): the rerun finds the array in the real squeue by its
+    script (``%o``), writes its job id back and submits nothing; every run trains once."""
+    spec = _three_runs_one_at_a_time(tmp_path, monkeypatch, slurm={"max_array_tasks": 2})
+    sweep_dir = tmp_path / "sw"
+    argv = ["sweep", str(spec), "--sweep-dir", str(sweep_dir)]
+    assert main(argv) == 0
+    assert "more than slurm.max_array_tasks (2): submitting 2 arrays" in capsys.readouterr().err
+    (first, first_ids), (second, second_ids) = _arrays(sweep_dir)
+    assert len(first_ids) == 2 and len(second_ids) == 1
+    assert f"afterany:{first}" in slurm.job(second).get("Dependency", "")
+    (record,) = [f / "job.json" for f in (sweep_dir / "slurm").iterdir() if f.name.endswith("2of2")]
+    record.unlink()
+    assert main(argv) == 4  # every run left is in a live array: the second found again
+    assert f"sbatch's answer was lost; squeue lists it as array job {second}" in capsys.readouterr().err
+    assert json.loads(record.read_text())["job_id"] == second
+    assert len(list((sweep_dir / "slurm").iterdir())) == 2
+    slurm.wait_gone([first, second], timeout=240)
+    for rid in first_ids + second_ids:
+        assert len(starts(sweep_dir / "runs" / rid)) == 1
+    assert main(["status", str(sweep_dir)]) == 0
 
 
 # ----------------------------------------------------------------------------- srun mode: a rank's exit 2

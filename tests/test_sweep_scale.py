@@ -259,13 +259,16 @@ def test_slurm_sweep_over_max_array_size_is_split_into_chained_arrays(tmp_path, 
     assert [json.loads((f / "job.json").read_text())["job_id"] for f in folders] == ["701", "702", "703"]
     assert "submitted array job 702: 4 runs, at most 2 tasks at a time, after job 701 ends" in out
 
-    # sbatch refusing the second array: the first stays submitted, the command says so and fails.
+    # sbatch refusing the second array once (a submit limit): it is tried again at half its size,
+    # and the rest goes in arrays of that size (tests/test_slurm_limits.py: a limit that stays).
     monkeypatch.setenv("FAIL_AT", "5")
     shutil.rmtree(sweep_dir / "slurm")
-    assert main(args) == 1
+    assert main(args) == 0
     err = capsys.readouterr().err
-    assert "QOSMaxSubmitJobPerUserLimit" in err and "arrays 1-1 of 3 were submitted; run this again" in err
-    assert len([f for f in (sweep_dir / "slurm").iterdir() if (f / "job.json").is_file()]) == 1
+    assert "sbatch refused an array of 4 tasks: QOSMaxSubmitJobPerUserLimit" in err
+    folders = sorted((sweep_dir / "slurm").iterdir())
+    assert [len((f / "runs.txt").read_text().split()) for f in folders] == [4, 2, 2, 2]
+    assert [json.loads((f / "job.json").read_text())["job_id"] for f in folders] == ["704", "706", "707", "708"]
 
 
 def test_max_array_size_falls_back_to_slurms_default(tmp_path, monkeypatch):
