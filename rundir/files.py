@@ -399,12 +399,16 @@ def checkpoint_step(name: str) -> Optional[int]:
     return int(digits) if name.startswith("step_") and digits.isdecimal() else None
 
 
-def branch_source(run_dir: Path, init_from: Optional[str]) -> Optional[dict[str, Any]]:
+def branch_source(
+    run_dir: Path, init_from: Optional[str], *, summary: Optional[RunSummary] = None
+) -> Optional[dict[str, Any]]:
     """``{"run_dir", "step"}`` of the run a continued run branches from: ``summary.json``'s
     ``branch_of``, else its own latest checkpoint's (a run in progress), else what its
     ``checkpoint.init_from`` names now (a checkpoint folder, or a run directory's latest
-    checkpoint); None where none of them says."""
-    summary = read_summary(run_dir)
+    checkpoint); None where none of them says. ``summary``: the run's, where the caller has read
+    it already (None: read here)."""
+    if summary is None:
+        summary = read_summary(run_dir)
     record = summary.branch_of if summary is not None else None
     if record is None:
         try:
