@@ -24,7 +24,7 @@ import yaml
 from jobscripts import squeue
 from jobscripts.atomic import atomic_write_text
 from launch.run_state import STATUSES, RunState, read_run_files, state_of
-from launch.sweep_dir import orphan_run_dirs, run_dir
+from launch.sweep_dir import file_stamp, orphan_run_dirs, run_dir
 from launch.sweep_plan import SweepPlan
 from runconfig import flatten, load_yaml
 from rundir.contract import (
@@ -133,9 +133,10 @@ class WrittenConfigs:
 
     Parsing every run's ``config.yaml`` was most of a ``results.csv`` build (12 of 16 s over 10000
     runs), and every writer does it again: ``status``, the end of ``sweep``/``run``, each array
-    task. The values are kept in ``SWEEP_DIR/results.configs.json`` under the file's (inode,
-    mtime, size); a file whose stat differs (rewritten, replaced) is parsed again. The cache is
-    only a shortcut: unreadable, or written for other keys, it is ignored and rebuilt."""
+    task. The values are kept in ``SWEEP_DIR/results.configs.json`` under the file's
+    ``launch.sweep_dir.file_stamp``; a file whose stat differs (rewritten, replaced) is parsed
+    again. The cache is only a shortcut: unreadable, or written for other keys, it is ignored
+    and rebuilt."""
 
     def __init__(self, sweep_dir: Path, keys: Iterable[str]) -> None:
         self.path = sweep_dir / CONFIG_CACHE
@@ -154,10 +155,9 @@ class WrittenConfigs:
         """``keys`` as the run's ``config.yaml`` gives them; {} where it has none (not started)."""
         path = rd / CONFIG_FILE
         try:
-            st = path.stat()
+            stamp = file_stamp(path)
         except OSError:
             return {}
-        stamp = [st.st_ino, st.st_mtime_ns, st.st_size]  # taken first: a file replaced after it is parsed again
         entry = self._old.get(run_id)
         if isinstance(entry, list) and len(entry) == 2 and entry[0] == stamp and isinstance(entry[1], dict):
             values = entry[1]
