@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from jobscripts.atomic import atomic_write_text, read_json
-from jobscripts.requeue import first_written_exit_code
+from jobscripts.atomic import atomic_write_text
+from jobscripts.requeue import first_written_exit
 from rundir.contract import (
     ATTEMPT_EXIT_ENV,
     CHECKPOINTS_DIR,
@@ -275,11 +275,9 @@ def attempt_exit(run_dir: Path, since: float, own: Optional[Path] = None) -> Opt
     --exit-file`` applies); None when it wrote none. This, not torchrun's or srun's code, is
     the trainer's."""
     paths = ([str(own)] if own is not None else []) + [str(Path(run_dir) / name) for name in EXIT_FILES]
-    written = first_written_exit_code(paths, since)
-    if written is None:
-        return None
-    record = _exit_record(read_json(written[1]))
-    return ExitRecord(written[0], record.reason if record else None)
+    written = first_written_exit(paths, since)
+    record = _exit_record(written[1]) if written is not None else None
+    return ExitRecord(record.exit_code, record.reason) if record is not None else None
 
 
 # ----------------------------------------------------------------------------- metrics.jsonl
