@@ -337,17 +337,23 @@ def read_metrics_with_source(run_dir: Path) -> list[dict[str, Any]]:
     return _with_source(Path(run_dir), set(), read_metrics)
 
 
-def read_diagnostics_with_source(run_dir: Path) -> list[dict[str, Any]]:
+def read_diagnostics_with_source(run_dir: Path, *, summary: Optional[RunSummary] = None) -> list[dict[str, Any]]:
     """A run's ``diagnostics.jsonl`` rows joined to its source's as :func:`read_metrics_with_source`
     joins metrics: a branch's own rows start after its branch step, so the source's rows up to it
     (each marked ``inherited_from``) come first. A source trained without diagnostics gives none
-    (the branch's rows then start after the branch step); a source gone is a RunDirError."""
-    return _with_source(Path(run_dir), set(), read_diagnostics)
+    (the branch's rows then start after the branch step); a source gone is a RunDirError.
+    ``summary``: the run's, where the caller has read it (:func:`branch_source`)."""
+    return _with_source(Path(run_dir), set(), read_diagnostics, summary)
 
 
-def _with_source(run_dir: Path, seen: set[Path], read: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _with_source(
+    run_dir: Path,
+    seen: set[Path],
+    read: Callable[[Path], list[dict[str, Any]]],
+    summary: Optional[RunSummary] = None,
+) -> list[dict[str, Any]]:
     own = read(run_dir)
-    source = branch_source(run_dir, None)
+    source = branch_source(run_dir, None, summary=summary)
     if source is None or not source.get("run_dir") or source.get("step") is None:
         return own
     src, step = Path(source["run_dir"]), int(source["step"])
