@@ -51,6 +51,7 @@ from rundir.files import (
     branch_source,
     read_diagnostics_with_source,
     read_summary,
+    run_dirs,
 )
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
@@ -154,8 +155,7 @@ def find_runs(
     for path in paths:
         if not path.is_dir():
             raise DynamicsError(f"{path}: not a directory")
-        candidates = sorted((path / RUNS_DIR).iterdir()) if (path / RUNS_DIR).is_dir() else [path]
-        found = [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
+        found = [r for r in map(load_run, run_dirs(path)) if r is not None]
         if (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file():
             tables.update({r.run_dir.resolve(): path / RESULTS_FILE for r in found})
         runs += found

@@ -17,6 +17,7 @@ from launch.errors import LaunchError
 from launch.sweep_plan import BASE_SNAPSHOT, SweepPlan
 from runconfig import load_yaml
 from rundir.contract import RUNS_DIR
+from rundir.files import run_dirs
 
 SWEEP_FILE = "sweep.yaml"
 PLAN_CACHE = "sweep.cache.json"  # sweep.yaml parsed, for readers of a large plan (status, array tasks)
@@ -114,7 +115,6 @@ def orphan_run_dirs(sweep_dir: Path, plan: SweepPlan) -> list[str]:
     """Run directories from an earlier expansion (other fixed overrides) that the plan no longer lists
     (dot-folders such as the trainer's ``.index_cache`` are not runs)."""
     known = {run.run_id for run in plan.runs}
-    runs = sweep_dir / RUNS_DIR
-    if not runs.is_dir():
+    if not (sweep_dir / RUNS_DIR).is_dir():
         return []
-    return sorted(p.name for p in runs.iterdir() if p.is_dir() and p.name not in known and not p.name.startswith("."))
+    return [p.name for p in run_dirs(sweep_dir) if p.name not in known]

@@ -34,6 +34,7 @@ from rundir.contract import (
     LOCK_FILE,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
+    RUNS_DIR,
     STATUS_OF_EXIT,
     SUMMARY_FILE,
     ExitCode,
@@ -69,6 +70,7 @@ __all__ = [
     "read_metrics_with_source",
     "read_diagnostics_with_source",
     "read_summary",
+    "run_dirs",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
@@ -111,6 +113,16 @@ def number(value: Any, where: str = "value") -> Optional[float]:
     if isinstance(value, str) and value.lower() in _NON_FINITE:
         return _NON_FINITE[value.lower()]
     raise RunDirError(f"{where}: expected a number, got {value!r}")
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run directories ``path`` names, as eval's commands and ``launch status`` take a path: a
+    sweep directory's ``runs/*`` folders, sorted by name (dot-folders, such as the trainers' shared
+    ``.index_cache``, are not runs); else ``path`` itself, a run directory."""
+    runs = Path(path) / RUNS_DIR
+    if not runs.is_dir():
+        return [Path(path)]
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 # ----------------------------------------------------------------------------- summary.json

@@ -232,3 +232,18 @@ def test_attempt_exit_reads_the_file_it_takes_once(tmp_path, monkeypatch):
     own.write_text('{"exit_code": 4, "reason": "locked by pid 12", "rank": 0}')
     assert attempt_exit(tmp_path, since, own) == ExitRecord(4, "locked by pid 12")
     assert opened == ["exit-own.json"]
+
+
+def test_run_dirs_of_a_sweep_and_of_a_run(tmp_path):
+    """rundir.files.run_dirs, the one listing eval loss-curves, eval dynamics and launch status's
+    orphan note take: a sweep's runs/* folders by name, dot-folders (the shared .index_cache) and
+    files left out; a path without runs/ is a run directory itself."""
+    from rundir.files import run_dirs
+
+    for name in ("r10", "r2", ".index_cache"):
+        (tmp_path / "sw" / "runs" / name).mkdir(parents=True)
+    (tmp_path / "sw" / "runs" / "notes.txt").write_text("x")
+    assert run_dirs(tmp_path / "sw") == [tmp_path / "sw" / "runs" / "r10", tmp_path / "sw" / "runs" / "r2"]
+    assert run_dirs(tmp_path / "sw" / "runs" / "r2") == [tmp_path / "sw" / "runs" / "r2"]
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    assert run_dirs(tmp_path / "empty") == []

@@ -415,3 +415,15 @@ def test_status_reads_each_runs_summary_and_attempts_once(tmp_path, monkeypatch,
     loss = 3.0 + 0.05 * (-10 - (-9.0 + 0.1)) ** 2  # benchmarks.sweep_scale.planted_loss: depth 2, lr 2^-10, seed 0
     assert [float(r["val_loss"]) for r in done] == pytest.approx([loss, loss])
     assert [r["step"] for r in rows if r["run_id"] == ids[3]] == ["4", ""]  # half-way: metrics.jsonl's eval
+
+
+def test_status_notes_run_dirs_of_an_earlier_expansion_not_dot_folders(tmp_path, capsys):
+    """status names the run directories sweep.yaml does not list (rundir.files.run_dirs): the
+    trainers' shared runs/.index_cache is not one of them."""
+    spec, sweep_dir = _sweep(tmp_path)
+    write_plan(sweep_dir, expand(spec, load_spec(spec)))
+    for name in ("old1", "old2", ".index_cache"):
+        (sweep_dir / "runs" / name).mkdir()
+    assert main(["status", str(sweep_dir)]) == 75
+    out = capsys.readouterr().out
+    assert "note: 2 run dir(s) under runs/ are not in sweep.yaml (an earlier expansion): old1, old2\n" in out
