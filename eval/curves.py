@@ -255,66 +255,41 @@ def _depth_curve(
     keep_pre_div: bool,
     pending_log2_lr: np.ndarray | None = None,
 ) -> DepthCurve:
-    log2_lrs: list[float] = []
-    losses: list[np.ndarray] = []
-    seeds: list[np.ndarray] = []
-    n_div: list[int] = []
-    n_miss: list[int] = []
-    diverged_ids: list[str] = []
-    missing_ids: list[str] = []
-    nonfinite_ids: list[str] = []
+    """Each run of one depth at one fraction, classified on whole columns, then collected per LR:
+    ``usable`` (a finite loss; a diverged run's only with ``keep_pre_div``), ``diverged`` (by
+    status, or ``nonfinite``: a nan/inf loss recorded by a run not marked diverged) or
+    ``missing`` (no row at the fraction, or no loss recorded)."""
     # seeds in a fixed order within each LR, whatever the row order of results.csv: the bootstrap
     # draws by position, so the same runs give the same CIs (the study planner builds its rows itself)
     depth_runs = depth_runs.sort_values(["lr", "seed"], kind="stable")
-    for lr, lr_runs in depth_runs.groupby("lr", sort=True):
-        usable: list[float] = []
-        usable_seeds: list[int] = []
-        div = miss = 0
-        for run_id, run in lr_runs.iterrows():
-            kind, loss = _classify(run["status"], at_fraction, run_id, keep_pre_div)
-            if kind == "usable":
-                usable.append(loss)
-                usable_seeds.append(int(run["seed"]))
-            elif kind in ("diverged", "nonfinite"):
-                div += 1
-                diverged_ids.append(str(run_id))
-                if kind == "nonfinite":
-                    nonfinite_ids.append(str(run_id))
-            else:
-                miss += 1
-                missing_ids.append(str(run_id))
-        log2_lrs.append(math.log2(float(lr)))
-        losses.append(np.array(usable, dtype=float))
-        seeds.append(np.array(usable_seeds, dtype=int))
-        n_div.append(div)
-        n_miss.append(miss)
+    depth_runs = depth_runs[depth_runs["lr"].notna()]  # as groupby("lr") leaves them out
+    ids = depth_runs.index
+    row = at_fraction.index.get_indexer(ids)  # each run's row at the fraction; -1: none
+    present = row >= 0
+    loss = np.full(len(ids), math.nan)
+    loss[present] = at_fraction["val_loss"].to_numpy(dtype=float)[row[present]]
+    recorded = np.zeros(len(ids), dtype=bool)
+    recorded[present] = at_fraction["val_loss_recorded"].to_numpy(dtype=bool)[row[present]]
+    div_status = depth_runs["status"].to_numpy() == "diverged"
+    usable = present & np.isfinite(loss) & ~(div_status & (not keep_pre_div))
+    nonfinite = present & ~usable & ~div_status & recorded
+    diverged = (div_status & ~usable) | nonfinite  # a nan/inf loss from a run not marked diverged counts so
+    missing = ~usable & ~diverged
+    lrs = depth_runs["lr"].to_numpy(dtype=float)
+    seeds = depth_runs["seed"].to_numpy()
+    uniq, starts = np.unique(lrs, return_index=True)  # sorted: each LR's runs are one slice
+    bounds = [*starts[1:], len(lrs)]
+    slices = [slice(a, b) for a, b in zip(starts, bounds)]
+    run_ids = np.array([str(i) for i in ids], dtype=object)
     return DepthCurve(
         depth=depth,
-        log2_lr=np.array(log2_lrs),
-        seed_losses=losses,
-        n_diverged=np.array(n_div, dtype=int),
-        n_missing=np.array(n_miss, dtype=int),
-        seed_ids=seeds,
-        diverged_run_ids=diverged_ids,
-        missing_run_ids=missing_ids,
-        nonfinite_run_ids=nonfinite_ids,
+        log2_lr=np.array([math.log2(float(lr)) for lr in uniq]),
+        seed_losses=[np.array(loss[s][usable[s]], dtype=float) for s in slices],
+        n_diverged=np.array([int(diverged[s].sum()) for s in slices], dtype=int),
+        n_missing=np.array([int(missing[s].sum()) for s in slices], dtype=int),
+        seed_ids=[np.array(seeds[s][usable[s]], dtype=int) for s in slices],
+        diverged_run_ids=list(run_ids[diverged]),
+        missing_run_ids=list(run_ids[missing]),
+        nonfinite_run_ids=list(run_ids[nonfinite]),
         pending_log2_lr=np.empty(0) if pending_log2_lr is None else np.asarray(pending_log2_lr, dtype=float),
     )
-
-
-def _classify(status: str, at_fraction: pd.DataFrame, run_id: str, keep_pre_div: bool) -> tuple[str, float]:
-    """``usable`` (with its loss), ``diverged``, ``nonfinite`` (a nan/inf loss from a run not marked diverged,
-    treated as diverged) or ``missing`` for one run at one fraction."""
-    if run_id not in at_fraction.index:
-        return ("diverged", math.nan) if status == "diverged" else ("missing", math.nan)
-    row = at_fraction.loc[run_id]
-    loss = float(row["val_loss"])
-    if status == "diverged" and not keep_pre_div:
-        return "diverged", math.nan
-    if math.isfinite(loss):
-        return "usable", loss
-    if status == "diverged":
-        return "diverged", math.nan
-    if bool(row["val_loss_recorded"]):
-        return "nonfinite", math.nan
-    return "missing", math.nan

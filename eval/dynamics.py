@@ -51,6 +51,7 @@ from rundir.files import (
     branch_source,
     read_diagnostics_with_source,
     read_summary,
+    run_dirs,
 )
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
@@ -108,17 +109,17 @@ def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, floa
 
 def load_run(run_dir: Path) -> Optional[RunDynamics]:
     """A run's diagnostics and identity; None when it has no diagnostics rows."""
+    summary = read_summary(run_dir)  # read once: the join and the branch step below take it
     try:  # a branch's rows start after its branch step: its source's come first (rundir.files owns the join)
-        rows = read_diagnostics_with_source(run_dir)
+        rows = read_diagnostics_with_source(run_dir, summary=summary)
     except RunDirError as exc:
         raise DynamicsError(str(exc)) from None
     if not any(INHERITED_FROM not in r for r in rows):
         return None
-    source = branch_source(run_dir, None)
-    summary = read_summary(run_dir)
     table_path = run_dir / PARAMETRIZATION_FILE
     if summary is None or not table_path.is_file():
         raise DynamicsError(f"{run_dir}: diagnostics without summary.json or {PARAMETRIZATION_FILE}")
+    source = branch_source(run_dir, None, summary=summary)
     table = json.loads(table_path.read_text())
     preset = summary.preset or table["preset"]
     branch_step = int(source["step"]) if source and source.get("step") is not None else None
@@ -154,8 +155,7 @@ def find_runs(
     for path in paths:
         if not path.is_dir():
             raise DynamicsError(f"{path}: not a directory")
-        candidates = sorted((path / RUNS_DIR).iterdir()) if (path / RUNS_DIR).is_dir() else [path]
-        found = [r for r in (load_run(c) for c in candidates if c.is_dir()) if r is not None]
+        found = [r for r in map(load_run, run_dirs(path)) if r is not None]
         if (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file():
             tables.update({r.run_dir.resolve(): path / RESULTS_FILE for r in found})
         runs += found

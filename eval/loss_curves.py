@@ -16,7 +16,15 @@ from typing import Any, Optional
 
 from eval.outputs import atomic_write_bytes
 from rundir.contract import RUNS_DIR, ExitCode
-from rundir.files import INHERITED_FROM, METRICS_FILE, RunDirError, read_metrics, read_metrics_with_source, read_summary
+from rundir.files import (
+    INHERITED_FROM,
+    METRICS_FILE,
+    RunDirError,
+    read_metrics,
+    read_metrics_with_source,
+    read_summary,
+    run_dirs,
+)
 
 HELP = (
     "training and validation loss against step per run; a cooldown branch with its source's rows up to the branch step"
@@ -41,14 +49,12 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
     """The run directories under each path: a sweep's ``runs/*`` with a metrics file, or a run directory."""
     found = []
     for path in paths:
-        if (path / RUNS_DIR).is_dir():
-            found += sorted(d for d in (path / RUNS_DIR).iterdir() if (d / METRICS_FILE).is_file())
-        elif (path / METRICS_FILE).is_file():
-            found.append(path)
-        else:
+        dirs = run_dirs(path)
+        if dirs == [path] and not (path / METRICS_FILE).is_file():
             raise LossCurvesError(
                 f"{path}: neither a sweep directory (no {RUNS_DIR}/) nor a run directory (no {METRICS_FILE})"
             )
+        found += [d for d in dirs if (d / METRICS_FILE).is_file()]
     if not found:
         raise LossCurvesError(f"{', '.join(map(str, paths))}: no run has written {METRICS_FILE} yet")
     return found

@@ -544,12 +544,17 @@ def _regret_text(d: DepthResult) -> str:
     return d.regret_status.replace("_", " ")
 
 
+def sources_list(analysis: TransferAnalysis, quote: str = "") -> str:
+    """The tables read as one, each with the runs it gave: ``a.csv (12 runs), b.csv (8 runs)``
+    (each name between ``quote``s: the report's Markdown), as the report and the console name them."""
+    return ", ".join(f"{quote}{file}{quote} ({runs} runs)" for file, runs in analysis.sources)
+
+
 def _sources_text(analysis: TransferAnalysis) -> str:
     """``Source: `results.csv``` or, for tables read as one, each with the runs it gave."""
     if len(analysis.sources) < 2:
         return f"Source: `{analysis.source}`"
-    tables = ", ".join(f"`{file}` ({runs} runs)" for file, runs in analysis.sources)
-    return f"Sources, read as one table: {tables}"
+    return f"Sources, read as one table: {sources_list(analysis, '`')}"
 
 
 def _runs_text(cs) -> str:

@@ -398,10 +398,10 @@ def _interval_line(analysis: TransferAnalysis) -> str:
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
-    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
+    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks, sources_list
 
     if len(analysis.sources) > 1:
-        print("read as one table: " + ", ".join(f"{file} ({runs} runs)" for file, runs in analysis.sources))
+        print(f"read as one table: {sources_list(analysis)}")
     print(_interval_line(analysis))
     marked = False
     for r in analysis.results:

@@ -51,25 +51,33 @@ def requeue_command(
     return [sys.executable, "-m", "jobscripts.requeue", *options, "--", *command]
 
 
-def written_exit_code(path: str, since: float) -> Optional[int]:
-    """The ``exit_code`` in the JSON file ``path`` if it was written at or after ``since``."""
+def written_exit(path: str, since: float) -> Optional[dict[str, Any]]:
+    """The JSON object in ``path`` if it was written at or after ``since`` and its ``exit_code``
+    is an integer (the file read once: its code and the rest come from the same write)."""
     try:
         if os.stat(path).st_mtime < since:
             return None
         with open(path) as fh:
-            code = json.load(fh).get("exit_code")
-    except (OSError, ValueError, AttributeError):
+            data = json.load(fh)
+    except (OSError, ValueError):
         return None
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
+    code = data.get("exit_code") if isinstance(data, dict) else None
+    return data if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def first_written_exit(paths: Sequence[str], since: float) -> Optional[tuple[str, dict[str, Any]]]:
+    """The first of ``paths`` that :func:`written_exit` accepts, and its object."""
+    for path in paths:
+        data = written_exit(path, since)
+        if data is not None:
+            return path, data
+    return None
 
 
 def first_written_exit_code(paths: Sequence[str], since: float) -> Optional[tuple[int, str]]:
     """The first of ``paths`` with an ``exit_code`` written at or after ``since``, and that code."""
-    for path in paths:
-        code = written_exit_code(path, since)
-        if code is not None:
-            return code, path
-    return None
+    written = first_written_exit(paths, since)
+    return (written[1]["exit_code"], written[0]) if written is not None else None
 
 
 def _log(message: str) -> None:

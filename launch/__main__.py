@@ -241,14 +241,20 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
 
 
 def _cmd_status(args: argparse.Namespace) -> ExitCode:
-    from launch.status import count_states, exit_code, print_report, queue_view, snapshot
+    from launch.status import QueueView, count_states, exit_code, print_report, queue_view, snapshot
     from launch.sweep_dir import read_plan
 
     sweep_dir = Path(args.sweep_dir).resolve()
     plan = read_plan(sweep_dir)
-    queue = queue_view(sweep_dir, plan)  # squeue: runs whose SLURM job ended are not running
-    states, path, rows = snapshot(sweep_dir, plan, queue.ended_jobs)  # type: ignore[misc] # waits: never None
-    print_report(sweep_dir, plan, states, sys.stdout, queue)
+    queues: list[QueueView] = []
+
+    def ended_jobs(jobs: set[str]) -> frozenset[str]:
+        """squeue, about the jobs of the attempts the states are read from: their SLURM job ended, not running."""
+        queues.append(queue_view(sweep_dir, jobs))
+        return queues[-1].ended_jobs
+
+    states, path, rows = snapshot(sweep_dir, plan, ended_jobs)  # type: ignore[misc] # waits: never None
+    print_report(sweep_dir, plan, states, sys.stdout, queues[-1])
     print(f"wrote {path} ({rows} rows)")
     return exit_code(count_states(states))
 

@@ -10,16 +10,17 @@ starting trainer exit 4) or an attempt still open on a live process or another h
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from launch import attempts
 from launch.outcomes import counts_as_failure
 from rundir.contract import FINAL_STATUSES, Status
-from rundir.files import read_summary
+from rundir.files import RunSummary, read_summary
 from rundir.lock import lock_held, run_locked
 
-__all__ = ["STATUSES", "RunState", "lock_held", "run_state"]
+__all__ = ["STATUSES", "RunFiles", "RunState", "lock_held", "read_run_files", "run_state", "state_of"]
 
 STATUSES: tuple[Status, ...] = (Status.COMPLETED, Status.DIVERGED, Status.FAILED, Status.RUNNING, Status.PENDING)
 
@@ -30,6 +31,9 @@ class RunState:
     detail: str = ""
     failures: int = 0
     gave_up: bool = False
+    # the summary.json it was decided from (None: none yet, or unreadable): results.csv takes a
+    # finished run's evals and a branch's source from it rather than reading the file again
+    summary: Optional[RunSummary] = field(default=None, compare=False, repr=False)
 
     @property
     def needs_work(self) -> bool:
@@ -37,15 +41,38 @@ class RunState:
         return self.status not in FINAL_STATUSES and not self.gave_up
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run's state is decided from, each file read once: ``summary.json`` and, where that
+    is not final, ``launch/attempts.json`` (a final run's state needs no attempts: empty log)."""
+
+    summary: Optional[RunSummary]
+    log: attempts.AttemptLog
+
+    def open_jobs(self) -> set[str]:
+        """The SLURM jobs of attempts left open that may still run (what ``squeue`` is asked about)."""
+        return {a.job for a in self.log.live_open() if a.job}
+
+
+def read_run_files(run_dir: Path) -> RunFiles:
+    summary = read_summary(run_dir)
+    final = summary is not None and summary.final
+    return RunFiles(summary, attempts.AttemptLog() if final else attempts.read(run_dir))
+
+
 def run_state(run_dir: Path, max_retries: int, ended_jobs: Collection[str] = ()) -> RunState:
     """``ended_jobs``: SLURM jobs known to run no more (``squeue``); an attempt left open in one
     of them (its node died, or it was killed at once) does not make the run ``running``."""
-    summary = read_summary(run_dir)
+    return state_of(run_dir, read_run_files(run_dir), max_retries, ended_jobs)
+
+
+def state_of(run_dir: Path, files: RunFiles, max_retries: int, ended_jobs: Collection[str] = ()) -> RunState:
+    """:func:`run_state` from the files already read (the run lock is checked now)."""
+    summary, log = files.summary, files.log
     if summary is not None and summary.final:
-        return RunState(summary.status, summary.reason or "")
-    log = attempts.read(run_dir)
+        return RunState(summary.status, summary.reason or "", summary=summary)
     if run_locked(run_dir) or log.live_open(ended_jobs):
-        return RunState(Status.RUNNING, "")
+        return RunState(Status.RUNNING, "", summary=summary)
     failures = log.failures
     gave_up = failures > max_retries
     tried = [a for a in log.attempts if a.outcome not in (None, Status.BUSY)]
@@ -60,8 +87,9 @@ def run_state(run_dir: Path, max_retries: int, ended_jobs: Collection[str] = ())
         detail = (summary.reason if summary else None) or ""
     if failed or gave_up:
         limit = f"{failures} failed attempt(s), limit {max_retries + 1}"
-        return RunState(Status.FAILED, f"{detail}; {limit}{': gave up' if gave_up else ''}", failures, gave_up)
-    return RunState(Status.PENDING, detail, failures)
+        detail = f"{detail}; {limit}{': gave up' if gave_up else ''}"
+        return RunState(Status.FAILED, detail, failures, gave_up, summary=summary)
+    return RunState(Status.PENDING, detail, failures, summary=summary)
 
 
 def _first_line(reason: str, limit: int = 300) -> str:

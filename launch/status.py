@@ -15,7 +15,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO
@@ -24,9 +24,8 @@ import yaml
 
 from jobscripts import squeue
 from jobscripts.atomic import atomic_write_text
-from launch import attempts
-from launch.run_state import STATUSES, RunState, run_state
-from launch.sweep_dir import orphan_run_dirs, run_dir
+from launch.run_state import STATUSES, RunState, read_run_files, state_of
+from launch.sweep_dir import file_stamp, orphan_run_dirs, run_dir
 from launch.sweep_plan import SweepPlan
 from runconfig import flatten, load_yaml
 from rundir.contract import (
@@ -45,7 +44,7 @@ from rundir.contract import (
     Status,
     canonical_values,
 )
-from rundir.files import branch_source, read_metrics, read_summary
+from rundir.files import RunSummary, branch_source, read_metrics
 
 FRACTION_ATOL = 1e-6
 FAILED_LISTED = 20  # failed runs status names one by one; the others are counted by their detail
@@ -54,11 +53,17 @@ RESULTS_LOCK = "results.lock"  # beside results.csv: writers read the run states
 RESULT_STATUS = {s: s for s in RESULT_STATUSES} | {Status.RUNNING: Status.PENDING}
 
 
-def collect_states(sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = ()) -> dict[str, RunState]:
-    return {
-        run.run_id: run_state(run_dir(sweep_dir, run.run_id), plan.executor.max_retries, ended_jobs)
-        for run in plan.runs
-    }
+def collect_states(
+    sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] | Callable[[set[str]], Collection[str]] = ()
+) -> dict[str, RunState]:
+    """Every run's state, each run's files read once. ``ended_jobs``: SLURM jobs that no longer
+    run, or a function that says which of the jobs of the attempts left open (read here, with the
+    states) no longer run (``status``: :func:`queue_view`, asked once per call)."""
+    files = {run.run_id: read_run_files(run_dir(sweep_dir, run.run_id)) for run in plan.runs}
+    if callable(ended_jobs):
+        ended_jobs = ended_jobs(set().union(*(f.open_jobs() for f in files.values())))
+    retries = plan.executor.max_retries
+    return {rid: state_of(run_dir(sweep_dir, rid), f, retries, ended_jobs) for rid, f in files.items()}
 
 
 @dataclass(frozen=True)
@@ -75,19 +80,17 @@ class QueueView:
     note: str = ""
 
 
-def queue_view(sweep_dir: Path, plan: SweepPlan) -> QueueView:
-    """Ask squeue (once per question) about the SLURM jobs this sweep's open attempts ran in
-    and its array submissions; with no squeue answer the note says so and nothing changes."""
+def queue_view(sweep_dir: Path, jobs: Collection[str]) -> QueueView:
+    """Ask squeue (once per question) about ``jobs`` (those of the sweep's open attempts:
+    :meth:`launch.run_state.RunFiles.open_jobs`) and the sweep's array submissions; with no
+    squeue answer the note says so and nothing changes."""
     from launch.executor_slurm import live_arrays, submission_folders
 
     folders = submission_folders(sweep_dir)
-    jobs = set()
-    for run in plan.runs:
-        jobs.update(a.job for a in attempts.read(run_dir(sweep_dir, run.run_id)).live_open() if a.job)
     if not jobs and not folders:
         return QueueView()
     try:
-        ended = frozenset(jobs - squeue.active_jobs(jobs))
+        ended = frozenset(set(jobs) - squeue.active_jobs(jobs))
         live = live_arrays(sweep_dir, folders) if folders else {}
     except squeue.QueueError as exc:
         return QueueView(note=f"{exc}: runs with an attempt open in a SLURM job are counted as running")
@@ -131,9 +134,10 @@ class WrittenConfigs:
 
     Parsing every run's ``config.yaml`` was most of a ``results.csv`` build (12 of 16 s over 10000
     runs), and every writer does it again: ``status``, the end of ``sweep``/``run``, each array
-    task. The values are kept in ``SWEEP_DIR/results.configs.json`` under the file's (inode,
-    mtime, size); a file whose stat differs (rewritten, replaced) is parsed again. The cache is
-    only a shortcut: unreadable, or written for other keys, it is ignored and rebuilt."""
+    task. The values are kept in ``SWEEP_DIR/results.configs.json`` under the file's
+    ``launch.sweep_dir.file_stamp``; a file whose stat differs (rewritten, replaced) is parsed
+    again. The cache is only a shortcut: unreadable, or written for other keys, it is ignored
+    and rebuilt."""
 
     def __init__(self, sweep_dir: Path, keys: Iterable[str]) -> None:
         self.path = sweep_dir / CONFIG_CACHE
@@ -152,10 +156,9 @@ class WrittenConfigs:
         """``keys`` as the run's ``config.yaml`` gives them; {} where it has none (not started)."""
         path = rd / CONFIG_FILE
         try:
-            st = path.stat()
+            stamp = file_stamp(path)
         except OSError:
             return {}
-        stamp = [st.st_ino, st.st_mtime_ns, st.st_size]  # taken first: a file replaced after it is parsed again
         entry = self._old.get(run_id)
         if isinstance(entry, list) and len(entry) == 2 and entry[0] == stamp and isinstance(entry[1], dict):
             values = entry[1]
@@ -179,9 +182,9 @@ def _metrics_evals(rd: Path) -> list[dict[str, Any]]:
     return [row for row in read_metrics(rd) if row.get("kind") == "eval"]
 
 
-def recorded_evals(rd: Path) -> list[dict[str, Any]]:
-    """Evals of a finished run from ``summary.json``; of any other run from ``metrics.jsonl``."""
-    summary = read_summary(rd)
+def recorded_evals(rd: Path, summary: Optional[RunSummary]) -> list[dict[str, Any]]:
+    """Evals of a finished run from its ``summary`` (``summary.json`` as its state was read from);
+    of any other run from ``metrics.jsonl``."""
     if summary is not None and summary.final:
         return [asdict(e) for e in summary.evals]
     return _metrics_evals(rd)
@@ -238,19 +241,23 @@ def results_table(sweep_dir: Path, plan: SweepPlan, states: Mapping[str, RunStat
         rd = run_dir(sweep_dir, run.run_id)
         cfg = configs[run.run_id]
         keys = [*canonical_values(cfg).values(), *(cfg.get(k) for k in extra_keys)]
+        state = states[run.run_id]
         if branches:
-            keys += _branch_cells(sweep_dir, rd, cfg)
-        status = RESULT_STATUS.get(states[run.run_id].status, Status.PENDING)
-        for fraction, step, val_loss in eval_points(cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd)):
+            keys += _branch_cells(sweep_dir, rd, cfg, state.summary)
+        status = RESULT_STATUS.get(state.status, Status.PENDING)
+        for fraction, step, val_loss in eval_points(
+            cfg[EVAL_AT_KEY], cfg[STEPS_KEY], recorded_evals(rd, state.summary)
+        ):
             table.append([run.run_id, *map(_cell, keys), status, _cell(step), _cell(fraction), _cell(val_loss)])
     return table
 
 
-def _branch_cells(sweep_dir: Path, rd: Path, cfg: Mapping[str, Any]) -> list[Any]:
+def _branch_cells(sweep_dir: Path, rd: Path, cfg: Mapping[str, Any], summary: Optional[RunSummary]) -> list[Any]:
     """The :data:`BRANCH_COLUMNS` of a run: its source's step, run directory name and path
     relative to ``sweep_dir`` (the folder of results.csv: the same bytes after the sweeps move
-    together), empty for a run that continues nothing."""
-    source = branch_source(rd, cfg.get(INIT_FROM_KEY)) if cfg.get(INIT_MODE_KEY) == CONTINUE else None
+    together), empty for a run that continues nothing. ``summary``: the run's, as its state was read."""
+    continues = cfg.get(INIT_MODE_KEY) == CONTINUE
+    source = branch_source(rd, cfg.get(INIT_FROM_KEY), summary=summary) if continues else None
     if source is None:
         return [None, None, None]
     where = source["run_dir"]
@@ -263,7 +270,11 @@ SNAPSHOT_ROUNDS = 3  # writes one waiting-free writer makes at most for others t
 
 
 def snapshot(
-    sweep_dir: Path, plan: SweepPlan, ended_jobs: Collection[str] = (), *, wait: bool = True
+    sweep_dir: Path,
+    plan: SweepPlan,
+    ended_jobs: Collection[str] | Callable[[set[str]], Collection[str]] = (),
+    *,
+    wait: bool = True,
 ) -> Optional[tuple[dict[str, RunState], Path, int]]:
     """Every run's state, and ``results.csv`` written from it, read while holding ``results.lock``.
 
@@ -278,6 +289,10 @@ def snapshot(
     before it reads the states and, when it finds it again after writing (someone was turned
     away meanwhile, with a state it may have missed), writes once more, at most
     ``SNAPSHOT_ROUNDS`` times in all; ``status`` always writes a fresh file.
+
+    ``ended_jobs`` as :func:`collect_states` takes it; a function is asked inside the lock, with
+    the attempts the states are read from (``status`` asks squeue there: it reads each run's
+    ``attempts.json`` once, not once for squeue and again for the states).
     """
     result = None
     for _ in range(SNAPSHOT_ROUNDS):

@@ -19,6 +19,7 @@ from launch.errors import LaunchError
 from launch.sweep_plan import BASE_SNAPSHOT, SweepPlan
 from runconfig import load_yaml
 from rundir.contract import INIT_FROM_KEY, RUNS_DIR
+from rundir.files import run_dirs
 
 SWEEP_FILE = "sweep.yaml"
 PLAN_CACHE = "sweep.cache.json"  # sweep.yaml parsed, for readers of a large plan (status, array tasks)
@@ -79,14 +80,22 @@ def read_plan(sweep_dir: Path) -> SweepPlan:
         raise LaunchError(f"{path}: not a sweep file written by launch ({exc})") from None
 
 
+def file_stamp(path: Path) -> list[int]:
+    """The key a cache of what a file holds is kept under: its (inode, mtime, size). Take it before
+    reading the file: one replaced (an atomic write is a new inode) or rewritten after it is read
+    again next time. OSError where the file is missing. ``sweep.cache.json`` and
+    ``results.configs.json`` (``launch.status.WrittenConfigs``) key their entries with it."""
+    st = path.stat()
+    return [st.st_ino, st.st_mtime_ns, st.st_size]
+
+
 def _parsed_plan(path: Path) -> object:
     """``sweep.yaml`` parsed, from :data:`PLAN_CACHE` where that was written from this version of it.
 
     Parsing the YAML took 4.6 s for 10000 runs, in every ``status`` and every array task; the same
-    data as JSON reads in a fraction of that. The cache is kept under sweep.yaml's (inode, mtime,
-    size), taken before the file is read; unreadable, stale or unwritable, it is passed by."""
-    st = path.stat()
-    stamp = [st.st_ino, st.st_mtime_ns, st.st_size]
+    data as JSON reads in a fraction of that. The cache is kept under sweep.yaml's
+    :func:`file_stamp`; unreadable, stale or unwritable, it is passed by."""
+    stamp = file_stamp(path)
     cache = path.with_name(PLAN_CACHE)
     try:
         cached = json.loads(cache.read_text())
@@ -142,7 +151,6 @@ def orphan_run_dirs(sweep_dir: Path, plan: SweepPlan) -> list[str]:
     """Run directories from an earlier expansion (other fixed overrides) that the plan no longer lists
     (dot-folders such as the trainer's ``.index_cache`` are not runs)."""
     known = {run.run_id for run in plan.runs}
-    runs = sweep_dir / RUNS_DIR
-    if not runs.is_dir():
+    if not (sweep_dir / RUNS_DIR).is_dir():
         return []
-    return sorted(p.name for p in runs.iterdir() if p.is_dir() and p.name not in known and not p.name.startswith("."))
+    return [p.name for p in run_dirs(sweep_dir) if p.name not in known]

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from jobscripts.atomic import atomic_write_text, read_json
-from jobscripts.requeue import first_written_exit_code
+from jobscripts.atomic import atomic_write_text
+from jobscripts.requeue import first_written_exit
 from rundir.contract import (
     ATTEMPT_EXIT_ENV,
     CHECKPOINTS_DIR,
@@ -34,6 +34,7 @@ from rundir.contract import (
     LOCK_FILE,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
+    RUNS_DIR,
     STATUS_OF_EXIT,
     SUMMARY_FILE,
     ExitCode,
@@ -69,6 +70,7 @@ __all__ = [
     "read_metrics_with_source",
     "read_diagnostics_with_source",
     "read_summary",
+    "run_dirs",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
@@ -111,6 +113,16 @@ def number(value: Any, where: str = "value") -> Optional[float]:
     if isinstance(value, str) and value.lower() in _NON_FINITE:
         return _NON_FINITE[value.lower()]
     raise RunDirError(f"{where}: expected a number, got {value!r}")
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run directories ``path`` names, as eval's commands and ``launch status`` take a path: a
+    sweep directory's ``runs/*`` folders, sorted by name (dot-folders, such as the trainers' shared
+    ``.index_cache``, are not runs); else ``path`` itself, a run directory."""
+    runs = Path(path) / RUNS_DIR
+    if not runs.is_dir():
+        return [Path(path)]
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 # ----------------------------------------------------------------------------- summary.json
@@ -275,11 +287,9 @@ def attempt_exit(run_dir: Path, since: float, own: Optional[Path] = None) -> Opt
     --exit-file`` applies); None when it wrote none. This, not torchrun's or srun's code, is
     the trainer's."""
     paths = ([str(own)] if own is not None else []) + [str(Path(run_dir) / name) for name in EXIT_FILES]
-    written = first_written_exit_code(paths, since)
-    if written is None:
-        return None
-    record = _exit_record(read_json(written[1]))
-    return ExitRecord(written[0], record.reason if record else None)
+    written = first_written_exit(paths, since)
+    record = _exit_record(written[1]) if written is not None else None
+    return ExitRecord(record.exit_code, record.reason) if record is not None else None
 
 
 # ----------------------------------------------------------------------------- metrics.jsonl
@@ -339,17 +349,23 @@ def read_metrics_with_source(run_dir: Path) -> list[dict[str, Any]]:
     return _with_source(Path(run_dir), set(), read_metrics)
 
 
-def read_diagnostics_with_source(run_dir: Path) -> list[dict[str, Any]]:
+def read_diagnostics_with_source(run_dir: Path, *, summary: Optional[RunSummary] = None) -> list[dict[str, Any]]:
     """A run's ``diagnostics.jsonl`` rows joined to its source's as :func:`read_metrics_with_source`
     joins metrics: a branch's own rows start after its branch step, so the source's rows up to it
     (each marked ``inherited_from``) come first. A source trained without diagnostics gives none
-    (the branch's rows then start after the branch step); a source gone is a RunDirError."""
-    return _with_source(Path(run_dir), set(), read_diagnostics)
+    (the branch's rows then start after the branch step); a source gone is a RunDirError.
+    ``summary``: the run's, where the caller has read it (:func:`branch_source`)."""
+    return _with_source(Path(run_dir), set(), read_diagnostics, summary)
 
 
-def _with_source(run_dir: Path, seen: set[Path], read: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _with_source(
+    run_dir: Path,
+    seen: set[Path],
+    read: Callable[[Path], list[dict[str, Any]]],
+    summary: Optional[RunSummary] = None,
+) -> list[dict[str, Any]]:
     own = read(run_dir)
-    source = branch_source(run_dir, None)
+    source = branch_source(run_dir, None, summary=summary)
     if source is None or not source.get("run_dir") or source.get("step") is None:
         return own
     src, step = Path(source["run_dir"]), int(source["step"])
@@ -399,12 +415,16 @@ def checkpoint_step(name: str) -> Optional[int]:
     return int(digits) if name.startswith("step_") and digits.isdecimal() else None
 
 
-def branch_source(run_dir: Path, init_from: Optional[str]) -> Optional[dict[str, Any]]:
+def branch_source(
+    run_dir: Path, init_from: Optional[str], *, summary: Optional[RunSummary] = None
+) -> Optional[dict[str, Any]]:
     """``{"run_dir", "step"}`` of the run a continued run branches from: ``summary.json``'s
     ``branch_of``, else its own latest checkpoint's (a run in progress), else what its
     ``checkpoint.init_from`` names now (a checkpoint folder, or a run directory's latest
-    checkpoint); None where none of them says."""
-    summary = read_summary(run_dir)
+    checkpoint); None where none of them says. ``summary``: the run's, where the caller has read
+    it already (None: read here)."""
+    if summary is None:
+        summary = read_summary(run_dir)
     record = summary.branch_of if summary is not None else None
     if record is None:
         try:

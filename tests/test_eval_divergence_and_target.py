@@ -214,3 +214,38 @@ def test_predicted_regret_interval_starts_at_zero_where_the_base_lr_is_consisten
                 assert low == 0.0
             elif p.depth == 64:
                 assert low > 0.1, p.regret_ci
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_each_run_is_classified_once_per_fraction(keep):
+    """build_curves' classes at one depth, on planted rows (rows in shuffled order): at lr 2^-8
+    seeds 0-5 are usable (3.0), diverged with a loss (3.5: usable only with
+    use_evals_before_divergence), diverged with no row, non-finite (nan recorded by a completed
+    run), missing (a completed run's empty cell) and missing (a failed run with no row at 1.0);
+    at lr 2^-7 one usable seed (seed 3, 2.5)."""
+    from eval.curves import build_curves
+    from eval.results import results_from_records
+
+    def row(seed, lr, status, frac, loss):
+        return {"run_id": f"s{seed}-{lr}", "parametrization.preset": "depth_mup", "model.num_layers": 4,
+                "optimizer.lr": 2.0**lr, "run.seed": seed, "parametrization.block_multiplier": 1.0,
+                "parametrization.base_num_layers": 2, "model.hidden_size": 64, "status": status,
+                "step": None if loss is None else 10, "fraction": frac, "val_loss": loss}  # fmt: skip
+
+    records = [
+        row(5, -8, "failed", 0.5, 3.9),
+        row(3, -7, "completed", 1.0, 2.5),
+        row(2, -8, "diverged", 0.5, 4.0),
+        row(1, -8, "diverged", 1.0, 3.5),
+        row(4, -8, "completed", 1.0, None),
+        row(0, -8, "completed", 1.0, 3.0),
+        row(3, -8, "completed", 1.0, "nan"),
+    ]
+    curves = build_curves(results_from_records("planted.csv", records), [1.0], use_evals_before_divergence=keep)
+    ((curve,),) = curves.curves.values()
+    assert curve.log2_lr.tolist() == [-8.0, -7.0]
+    assert [v.tolist() for v in curve.seed_losses] == [[3.0, 3.5] if keep else [3.0], [2.5]]
+    assert [v.tolist() for v in curve.seed_ids] == [[0, 1] if keep else [0], [3]]
+    assert curve.n_diverged.tolist() == [2 if keep else 3, 0] and curve.n_missing.tolist() == [2, 0]
+    assert curve.diverged_run_ids == ([] if keep else ["s1--8"]) + ["s2--8", "s3--8"]
+    assert curve.nonfinite_run_ids == ["s3--8"] and curve.missing_run_ids == ["s4--8", "s5--8"]

@@ -229,3 +229,26 @@ def test_custom_arms_without_a_table_are_fitted_apart(tmp_path):
     assert result["families"] == labels
     got = {e["family"]: e["value"] for e in result["exponents"] if e["quantity"] == "update_ratio"}
     assert got == pytest.approx(dict(zip(labels, (-0.5, 0.5, 0.0))), abs=0.03)
+
+
+def test_load_run_reads_a_branchs_summary_once(tmp_path, monkeypatch):
+    """load_run read a branch's summary.json three times (the join's branch_source, its own
+    branch_source, read_summary); now once, and its source's once (the join)."""
+    import rundir.files
+    from eval.dynamics import load_run
+
+    src, branch = tmp_path / "stable" / "runs" / "L4", tmp_path / "cool" / "runs" / "L4"
+    _diag_run(src, "depth_mup", 4, {10: -0.5, 20: -0.5})
+    _diag_run(branch, "depth_mup", 4, {30: 0.5}, {"run_dir": str(src), "run_id": "L4", "step": 20})
+    read: list[Path] = []
+    real = rundir.files.read_summary
+
+    def counting(run_dir):
+        read.append(Path(run_dir))
+        return real(run_dir)
+
+    monkeypatch.setattr(rundir.files, "read_summary", counting)
+    monkeypatch.setattr("eval.dynamics.read_summary", counting)
+    run = load_run(branch)
+    assert run.branch_step == 20 and run.steps == [10, 20, 30] and run.inherited_steps == {10, 20}
+    assert read == [branch, src]

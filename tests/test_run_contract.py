@@ -200,3 +200,50 @@ def test_run_and_sweep_file_names_are_spelled_by_their_owner_only():
             if rel != owner and (rel, name) not in OTHER_FILES:
                 bad.append(f"{rel}:{line} spells {name!r}: use {owned[name]}")
     assert not bad, "\n".join(bad)
+
+
+def test_attempt_exit_reads_the_file_it_takes_once(tmp_path, monkeypatch):
+    """attempt_exit read the file that gave the exit code twice: once for the code, again for the
+    reason (the two could come from two writes). Now one read gives both."""
+    import builtins
+    import os
+    import time
+
+    from rundir.files import ExitRecord, attempt_exit
+
+    since = time.time()
+    stale = tmp_path / "exit.json"  # from an earlier attempt: written before this one began
+    stale.write_text('{"exit_code": 2, "reason": "old refusal"}')
+    os.utime(stale, (since - 60, since - 60))
+    (tmp_path / "summary.json").write_text('{"status": "failed", "exit_code": 1, "reason": "crash"}')
+    own = tmp_path / "exit-own.json"
+    own.write_text('{"exit_code": "4"}')  # not an integer: passed by
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting(file, *args, **kwargs):
+        opened.append(os.path.basename(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    assert attempt_exit(tmp_path, since, own) == ExitRecord(1, "crash")
+    assert opened == ["exit-own.json", "summary.json"]  # exit.json is older than the attempt: not opened
+    opened.clear()
+    own.write_text('{"exit_code": 4, "reason": "locked by pid 12", "rank": 0}')
+    assert attempt_exit(tmp_path, since, own) == ExitRecord(4, "locked by pid 12")
+    assert opened == ["exit-own.json"]
+
+
+def test_run_dirs_of_a_sweep_and_of_a_run(tmp_path):
+    """rundir.files.run_dirs, the one listing eval loss-curves, eval dynamics and launch status's
+    orphan note take: a sweep's runs/* folders by name, dot-folders (the shared .index_cache) and
+    files left out; a path without runs/ is a run directory itself."""
+    from rundir.files import run_dirs
+
+    for name in ("r10", "r2", ".index_cache"):
+        (tmp_path / "sw" / "runs" / name).mkdir(parents=True)
+    (tmp_path / "sw" / "runs" / "notes.txt").write_text("x")
+    assert run_dirs(tmp_path / "sw") == [tmp_path / "sw" / "runs" / "r10", tmp_path / "sw" / "runs" / "r2"]
+    assert run_dirs(tmp_path / "sw" / "runs" / "r2") == [tmp_path / "sw" / "runs" / "r2"]
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    assert run_dirs(tmp_path / "empty") == []
