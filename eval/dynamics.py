@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
-from eval.results import CONFIG_KEYS, ResultsError, SweepResults, keep_where, read_results
+from eval.results import CONFIG_KEYS, FAMILY_KEYS, ResultsError, SweepResults, read_results, select_runs
 from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
 from rundir.files import (
     INHERITED_FROM,
@@ -76,6 +76,7 @@ class RunDynamics:
     inherited_steps: frozenset[int] = field(default_factory=frozenset)  # steps whose rows are its source's
     summary_keys: dict[str, Any] = field(default_factory=dict)  # its family columns, where no results.csv has it
     family: Optional[Family] = None  # set by find_runs (eval.curves: the family eval transfer puts it in)
+    shared: bool = False  # another preset's base-depth run standing for this one (--shared-base)
 
     @property
     def label(self) -> str:
@@ -144,11 +145,18 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
 
 
 def find_runs(
-    paths: list[Path], where: Optional[list[tuple[str, str]]] = None, ignore_columns: tuple[str, ...] = ()
+    paths: list[Path],
+    where: Optional[list[tuple[str, str]]] = None,
+    ignore_columns: tuple[str, ...] = (),
+    *,
+    depths: Optional[list[int]] = None,
+    shared_base: Optional[str] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
     """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``), each
-    with its family (:func:`assign_families`); ``where`` keeps the runs whose column holds the
-    value, as ``eval transfer --where`` does (``eval.results.keep_where``)."""
+    with its family (:func:`assign_families`); ``where``, ``depths`` and ``shared_base`` choose the
+    runs as ``eval transfer``'s ``--where``, ``--depths`` and ``--shared-base`` do
+    (``eval.results.select_runs``). What was left out, and why, is appended to ``notes``."""
     runs: list[RunDynamics] = []
     tables: dict[Path, Path] = {}  # a run directory -> the results.csv of its sweep
     for path in paths:
@@ -163,7 +171,8 @@ def find_runs(
         raise DynamicsError(
             f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
         )
-    return assign_families(runs, tables, where or [], ignore_columns)
+    return assign_families(runs, tables, where or [], ignore_columns, depths=depths, shared_base=shared_base,
+                           notes=notes)  # fmt: skip
 
 
 def _text(value: Any) -> str:
@@ -173,53 +182,83 @@ def _text(value: Any) -> str:
 
 
 def assign_families(
-    runs: list[RunDynamics], tables: dict[Path, Path], where: list[tuple[str, str]], ignore_columns: tuple[str, ...]
+    runs: list[RunDynamics],
+    tables: dict[Path, Path],
+    where: list[tuple[str, str]],
+    ignore_columns: tuple[str, ...],
+    *,
+    depths: Optional[list[int]] = None,
+    shared_base: Optional[str] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
-    """Each run's family, made by ``eval.curves.build_families`` from the columns ``eval transfer``
-    reads: a run of a sweep from its row of the sweep's ``results.csv``, a run directory given
-    alone from its summary. The runs ``where`` leaves out are dropped."""
-    by_dir: dict[Path, dict[str, Any]] = {}
+    """Each run's family, made by ``eval.curves.build_families`` from the rows ``eval transfer``
+    reads: a sweep's whole ``results.csv`` (its runs without diagnostics too, so that the labels
+    are transfer's), a run directory given alone from its summary. The runs ``select_runs`` leaves
+    out are dropped; a base-depth run that ``shared_base`` lends to another preset comes back once
+    more, as that preset's. ``notes`` gets what was left out and why."""
+    notes = notes if notes is not None else []
+    index_of = {r.run_dir.resolve(): i for i, r in enumerate(runs)}
+    frames: list[pd.DataFrame] = []
     extra: list[str] = []
+    name, warnings = "the run directories given", []
     if tables:
         try:
             sweep = read_results(list(dict.fromkeys(tables.values())), ignore_columns=ignore_columns)
         except ResultsError as exc:
             raise DynamicsError(str(exc)) from None
-        extra = list(sweep.extra_keys)
-        for _, row in sweep.rows.drop_duplicates("run_id").iterrows():
-            by_dir[sweep.run_dir(row["run_id"]).resolve()] = {c: row[c] for c in [*CONFIG_KEYS, *extra]}
-    elif ignore_columns:
-        raise DynamicsError(f"--ignore-columns {list(ignore_columns)}: no results.csv among the paths given")
-    records = []
-    for r in runs:
-        record = by_dir.get(r.run_dir.resolve())
-        if record is None and r.run_dir.resolve() in tables:
+        name, extra, warnings = sweep.name, list(sweep.extra_keys), sweep.warnings
+        table = sweep.rows.drop_duplicates("run_id").reset_index(drop=True)
+        dirs = [sweep.run_dir(rid).resolve() for rid in table["run_id"]]
+        table["index"] = [index_of.get(d, -1) for d in dirs]
+        missing = sorted(set(tables) - set(dirs))
+        if missing:
             raise DynamicsError(
-                f"{r.run_dir}: has diagnostics but no row in {tables[r.run_dir.resolve()]} (run `python -m launch "
+                f"{missing[0]}: has diagnostics but no row in {tables[missing[0]]} (run `python -m launch "
                 "status SWEEP_DIR` to write it again)"
             )
-        if record is None:  # a run directory given alone: its summary's keys
-            own = {"preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed, **r.summary_keys}
-            extra += [k for k in own if k not in CONFIG_KEYS and k not in extra]
-            record = own
-        records.append(record)
-    columns = [*CONFIG_KEYS, *extra]
-    rows = pd.DataFrame([[_text(rec.get(c)) for c in columns] for rec in records], columns=columns)
-    rows["index"] = range(len(runs))
-    name = ", ".join(sorted({str(p) for p in tables.values()})) or "the run directories given"
-    runs_table = SweepResults(path=Path(name), rows=rows, extra_keys=extra)
-    if where:
-        try:
-            runs_table = keep_where(runs_table, where)
-        except ResultsError as exc:
-            raise DynamicsError(str(exc)) from None
-    kept = runs_table.rows
-    columns = family_columns(runs_table)
+        frames.append(table)
+    elif ignore_columns:
+        raise DynamicsError(f"--ignore-columns {list(ignore_columns)}: no results.csv among the paths given")
+    alone = [r for r in runs if r.run_dir.resolve() not in tables]
+    if alone:  # run directories given alone: their summaries' keys
+        own = [{"run_id": str(r.run_dir), "preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed,
+                **r.summary_keys} for r in alone]  # fmt: skip
+        extra += [k for k in dict.fromkeys(k for rec in own for k in rec) if k not in (*CONFIG_KEYS, "run_id", *extra)]
+        frame = pd.DataFrame(own)
+        for k in extra:
+            frame[k] = [_text(v) for v in frame[k]] if k in frame else ""
+        frame["status"] = "completed"
+        frame["index"] = [index_of[r.run_dir.resolve()] for r in alone]
+        frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True)
+    for k in [*FAMILY_KEYS, *extra]:  # as text (a column a lone run's summary lacks: empty), keys as labels write them
+        rows[k] = [_text(v) for v in rows[k]]
+    try:
+        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings)
+        chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
+    except ResultsError as exc:
+        raise DynamicsError(str(exc)) from None
+    notes += chosen.warnings
+    kept = chosen.rows
+    quiet = kept[kept["index"] < 0]
+    if len(quiet):
+        pending = int((quiet["status"] == "pending").sum())
+        notes.append(
+            f"{len(quiet)} of {len(kept)} runs have no diagnostics rows and were left out"
+            + (f" ({pending} pending)" if pending else "")
+            + ": trained without logging.diagnostics_interval, or ended before its first diagnostics step"
+        )
+    columns = family_columns(chosen)
     families = build_families(kept, columns)
     out = []
-    for values, i in zip(kept[columns].itertuples(index=False, name=None), kept["index"]):
-        runs[i].family = families[values]
-        out.append(runs[i])
+    for values, members in kept.groupby(columns, sort=True, dropna=False):  # as build_families keys them
+        family = families[values if isinstance(values, tuple) else (values,)]
+        for _, row in members[members["index"] >= 0].iterrows():
+            run = runs[row["index"]]
+            if row.get("shared_copy") is True:
+                run = replace(run, preset=str(row["preset"]), shared=True)
+            run.family = family
+            out.append(run)
     return out
 
 
@@ -360,7 +399,7 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
         result["series"][first.label] = series
     result["runs"] = [
         {"run_dir": str(r.run_dir), "family": r.label, "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr,
-         "seed": r.seed}
+         "seed": r.seed, **({"shared_base": True} if r.shared else {})}
         for r in runs
     ]  # fmt: skip
     return result
@@ -390,4 +429,5 @@ def markdown(result: dict[str, Any]) -> str:
                         "diagnostics before the branch step")  # fmt: skip
         if said:
             notes.setdefault(f"{e['family']} at fraction {e['fraction']:g}: " + "; ".join(said), None)
-    return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in notes) + ("\n" if notes else "")
+    said = [*notes, *(n.rstrip(".") for n in result.get("notes", []))]  # then what the selection left out
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in said) + ("\n" if said else "")

@@ -581,6 +581,26 @@ def read_divergence_reasons(sweep: SweepResults, run_ids: list[str]) -> dict[str
     return reasons
 
 
+def select_runs(
+    sweep: SweepResults,
+    *,
+    where: Sequence[tuple[str, str]] | None = None,
+    depths: Sequence[int] | None = None,
+    shared_base: str | None = None,
+) -> SweepResults:
+    """The runs an analysis compares: ``--where`` (:func:`keep_where`), then ``--depths``
+    (:func:`keep_depths`), then ``--shared-base`` (:func:`share_base_depth`), each said in the
+    table's warnings. The one place ``eval transfer`` and ``eval dynamics`` choose their runs, so
+    the same options keep the same runs in both."""
+    if where:
+        sweep = keep_where(sweep, list(where))
+    if depths:
+        sweep = keep_depths(sweep, list(depths))
+    if shared_base:
+        sweep = share_base_depth(sweep, shared_base)
+    return sweep
+
+
 def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
     """Only the rows at ``depths`` (``eval transfer --depths``); a depth that was not swept is an error."""
     swept = sorted(int(d) for d in sweep.rows["depth"].unique())

@@ -229,3 +229,102 @@ def test_custom_arms_without_a_table_are_fitted_apart(tmp_path):
     assert result["families"] == labels
     got = {e["family"]: e["value"] for e in result["exponents"] if e["quantity"] == "update_ratio"}
     assert got == pytest.approx(dict(zip(labels, (-0.5, 0.5, 0.0))), abs=0.03)
+
+
+def _valued_run(root: Path, run_id: str, preset: str, L: int, value: float) -> None:
+    """update_ratio = ``value`` exactly (every layer and step 10..40, no noise); a run of a sweep."""
+    rd = root / "runs" / run_id
+    rd.mkdir(parents=True)
+    rows = [{"step": step, "layer": layer, "role": role, "param": f"decoder.layers.{layer}.{role}", "weight_rms": 1.0,
+             "update_rms": value, "update_ratio": value}
+            for step in (10, 20, 30, 40) for layer in range(L) for role in ("hidden_in", "hidden_out")]  # fmt: skip
+    (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "parametrization.json").write_text(json.dumps(_table(preset, L)))
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": 0.01, "seed": 0, "final_val_loss": 3.0}
+    (rd / "summary.json").write_text(json.dumps(summary))
+
+
+def test_depths_and_shared_base_choose_the_runs_as_eval_transfer_does(tmp_path):
+    """A sweep that trained the base depth L0=2 once, as sp: sp at L = 2, 4, 8 with update_ratio
+    0.01, 0.01, 0.04; depth_mup at L = 4, 8 only, with 0.04, 0.04. Least squares of ln q on ln L:
+    sp over (2, 4, 8) is +1.0, over (4, 8) (--depths 4 8) +2.0; depth_mup over (4, 8) is 0.0, and
+    with --shared-base sp (sp's L=2 run, 0.01, stands for depth_mup's) +1.0 over (2, 4, 8). The
+    options are eval transfer's own (one parser, the same help), and so is their order: --depths
+    before --shared-base, so --depths 4 8 --shared-base sp finds no base run to share, exit 2 as in
+    eval transfer. Before, eval dynamics had neither option (exit 2: unrecognized arguments)."""
+    import argparse
+
+    from eval import dynamics_cmd, transfer_cmd
+    from eval.__main__ import main
+    from eval.dynamics import DynamicsError
+    from eval.dynamics_cmd import write_dynamics
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for preset, values in (("sp", {2: 0.01, 4: 0.01, 8: 0.04}), ("depth_mup", {4: 0.04, 8: 0.04})):
+        for L, value in values.items():
+            _valued_run(tmp_path, f"{preset}-L{L}", preset, L, value)
+            lines.append(f"{preset}-L{L},{preset},{L},0.01,0,1.0,2,64,completed,40,1.0,3.0")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+
+    def exponents(**options) -> dict[str, tuple[float, list[int]]]:
+        result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False, **options)
+        return {e["family"]: (round(e["value"], 6), e["depths"]) for e in result["exponents"]
+                if e["quantity"] == "update_ratio"}  # fmt: skip
+
+    assert exponents() == {"sp": (1.0, [2, 4, 8]), "depth_mup": (0.0, [4, 8])}
+    assert exponents(depths=[4, 8]) == {"sp": (2.0, [4, 8]), "depth_mup": (0.0, [4, 8])}
+    assert exponents(shared_base="sp") == {"sp": (1.0, [2, 4, 8]), "depth_mup": (1.0, [2, 4, 8])}
+    result = json.loads((tmp_path / "out" / "dynamics.json").read_text())
+    assert {(r["family"], r["num_layers"], r.get("shared_base", False)) for r in result["runs"] if r["num_layers"] == 2} \
+        == {("sp", 2, False), ("depth_mup", 2, True)}  # fmt: skip
+    said = "base depth shared: the runs of 'sp' at L = L0 also stand for 'depth_mup'"
+    assert any(n.startswith(said) for n in result["notes"]) and said in (tmp_path / "out" / "dynamics.md").read_text()
+    with pytest.raises(DynamicsError, match=r"--shared-base sp: no rows of preset 'sp' at its base depth"):
+        exponents(depths=[4, 8], shared_base="sp")
+    with pytest.raises(DynamicsError, match=r"--depths \[16\] not in column 'model.num_layers' \(swept: \[2, 4, 8\]\)"):
+        exponents(depths=[16])
+    out = ["--out", str(tmp_path / "o"), "--no-figures", "--bootstrap", "10", "--fractions", "1.0"]
+    assert main(["dynamics", str(tmp_path), *out, "--depths", "4", "8", "--shared-base", "sp"]) == 2
+    assert main(["dynamics", str(tmp_path), *out, "--shared-base", "sp", "--depths", "2", "4"]) == 0
+
+    def options(module) -> dict[str, tuple]:
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return {a.option_strings[0]: (a.dest, a.nargs, a.type, a.default, a.help) for a in parser._actions
+                if a.option_strings}  # fmt: skip
+
+    transfer, dynamics = options(transfer_cmd), options(dynamics_cmd)
+    for name in ("--presets", "--where", "--ignore-columns", "--depths", "--shared-base"):
+        assert dynamics[name] == transfer[name], name
+
+
+def test_runs_without_diagnostics_still_name_the_families_as_eval_transfer_does(tmp_path):
+    """A sweep of two floors whose optimizer.min_lr_ratio=0.1 runs are still pending (no run
+    directory yet): eval transfer labels the finished family 'depth_mup (optimizer.min_lr_ratio=0.0)'
+    (its labels come from every row of results.csv), and so does eval dynamics now, saying that
+    4 of the 8 runs (4 pending) have no diagnostics. Before, its families were made from the runs
+    with diagnostics only: 'depth_mup', another name for the same runs, and nothing said."""
+    from eval.curves import build_curves
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(3)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for floor, status in (("0.0", "completed"), ("0.1", "pending")):
+        for L in (2, 4):
+            for seed in (0, 1):
+                run_id = f"f{floor}-L{L}-s{seed}"
+                if status == "completed":
+                    _family_run(tmp_path, run_id, "depth_mup", L, 0.01, seed, 3.0, -0.5, rng)
+                loss = "3.0" if status == "completed" else ""
+                lines.append(f"{run_id},depth_mup,{L},0.01,{seed},1.0,2,64,{floor},{status},40,1.0,{loss}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False)
+    transfer = [f.label for f in build_curves(read_results(tmp_path), [1.0]).families]
+    assert transfer == ["depth_mup (optimizer.min_lr_ratio=0.0)", "depth_mup (optimizer.min_lr_ratio=0.1)"]
+    assert result["families"] == transfer[:1]
+    assert len(result["runs"]) == 4
+    said = "4 of 8 runs have no diagnostics rows and were left out (4 pending)"
+    assert any(n.startswith(said) for n in result["notes"]) and said in (tmp_path / "out" / "dynamics.md").read_text()
