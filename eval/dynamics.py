@@ -379,7 +379,8 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
         "presets": list(dict.fromkeys(r.preset for r in ordered)),
         "fractions": fractions,
         "exponents": [],
-        "series": {},
+        "series": {},  # family -> quantity -> depth -> steps, values, source_steps (a branch's source's rows)
+        "branch_steps": {},  # family -> its branch step (None: not a cooldown branch)
     }
     for first in ordered:
         mine = [r for r in runs if r.label == first.label]
@@ -395,8 +396,10 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
                 ys = [float(np.exp(np.mean([np.log(v) for r in at_depth
                                              for v in r.per_layer[quantity].get(s, {}).values()])))
                       for s in steps]  # fmt: skip
-                series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys}
+                inherited = [s for s in steps if any(s in r.inherited_steps for r in at_depth)]
+                series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys, "source_steps": inherited}
         result["series"][first.label] = series
+        result["branch_steps"][first.label] = first.branch_step  # the same for a family (a column of it)
     result["runs"] = [
         {"run_dir": str(r.run_dir), "family": r.label, "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr,
          "seed": r.seed, **({"shared_base": True} if r.shared else {})}

@@ -1,5 +1,6 @@
 """The figure of ``eval dynamics``: each quantity against training step, one curve per depth
-(a row per family, eval transfer's labels and order), and the measured exponents against depth next to the expected ones."""
+(a row per family, eval transfer's labels and order; a cooldown branch's rows from its source run
+dashed, up to its branch step, marked), and the measured exponents against depth next to the expected ones."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ LABELS = {
 }
 
 
+def _curve(ax: Any, s: dict[str, list], color: Any, label: str) -> bool:
+    """One depth's curve: a cooldown branch's steps from its source run (``source_steps``) dashed,
+    its own solid from the last of them on. True where it drew source rows."""
+    source = set(s.get("source_steps", []))
+    points = list(zip(s["steps"], s["values"]))
+    before = [p for p in points if p[0] in source]
+    own = [p for p in points if p[0] not in source]
+    if before:
+        ax.plot(*zip(*before), color=color, ls="--", alpha=0.7, label=None if own else label)
+    if own:
+        ax.plot(*zip(*(before[-1:] + own)), color=color, label=label)
+    return bool(before)
+
+
 def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
     import matplotlib
 
@@ -31,11 +46,14 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
         series = result["series"][family]
         depths = sorted(series[QUANTITIES[0]], key=int)
         colors = plt.cm.plasma(np.linspace(0.0, 0.85, max(len(depths), 1)))
+        branch_step = result.get("branch_steps", {}).get(family)
         for ax, quantity in zip(row, QUANTITIES):
+            inherited = False
             for depth, color in zip(depths, colors):
-                s = series[quantity][depth]
-                if s["steps"]:
-                    ax.plot(s["steps"], s["values"], color=color, label=f"L={depth}")
+                inherited |= _curve(ax, series[quantity][depth], color, f"L={depth}")
+            if branch_step is not None:  # a cooldown branch: its rows up to here are its source run's
+                ax.axvline(branch_step, color="0.5", ls=":", lw=1,
+                           label=f"branch step {branch_step}" + (": dashed = source run's rows" if inherited else ""))  # fmt: skip
             ax.set_yscale("log")
             ax.set_title(f"{family}\n{LABELS[quantity]}", fontsize=7)  # a long family label on its own line
             ax.set_xlabel("step")

@@ -98,13 +98,21 @@ def _diag_run(rd: Path, preset: str, L: int, steps_k: dict[int, float], branch_o
     (rd / "summary.json").write_text(json.dumps(summary))
 
 
-def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path):
+def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path, monkeypatch):
     """Cooldown branches from step 20 of runs logged every 10 steps to 40: a branch's own
     diagnostics.jsonl starts at step 30. Planted: update_ratio ~ L^-1/2 up to step 20 (the source),
     L^+1/2 after (the branch). Fraction 0.25 of the branch's training is step 10, its source's:
     -0.5 (before, the nearest of the branch's own steps, 30, gave +0.5 and said nothing), said in
-    dynamics.md and dynamics.json. A branch whose source logged no diagnostics is left out there."""
+    dynamics.md and dynamics.json. The figure draws the source's rows (steps 10, 20) dashed and the
+    branch's own (30, 40) solid from step 20, with the branch step marked; before, one solid line
+    10..40 that did not say which rows were whose. A branch whose source logged no diagnostics is
+    left out there."""
+    import eval.dynamics_plots
     from eval.dynamics_cmd import write_dynamics
+
+    figures = []
+    save = eval.dynamics_plots.save_figure
+    monkeypatch.setattr(eval.dynamics_plots, "save_figure", lambda fig, *a: figures.append(fig) or save(fig, *a))
 
     for L in (2, 4, 8):
         src = tmp_path / "stable" / "runs" / f"L{L}"
@@ -116,6 +124,14 @@ def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path)
     assert {f: round(e["value"], 6) for f, e in got.items()} == {0.25: -0.5, 0.5: -0.5, 1.0: 0.5}
     assert {f: e["runs_from_source"] for f, e in got.items()} == {0.25: 3, 0.5: 3, 1.0: 0}
     assert result["series"]["depth_mup"]["update_ratio"]["4"]["steps"] == [10, 20, 30, 40]
+    assert result["series"]["depth_mup"]["update_ratio"]["4"]["source_steps"] == [10, 20]
+    assert result["branch_steps"] == {"depth_mup": 20}
+    panel = figures[0].axes[0]  # depth_mup's update_ratio against step
+    drawn = [(line.get_linestyle(), list(line.get_xdata())) for line in panel.get_lines()]
+    assert drawn == [("--", [10, 20]), ("-", [20, 30, 40])] * 3 + [(":", [20, 20])]
+    assert [t.get_text() for t in panel.get_legend().get_texts()] == [
+        "L=2", "L=4", "L=8", "branch step 20: dashed = source run's rows",
+    ]  # fmt: skip
     text = (tmp_path / "out" / "dynamics.md").read_text()
     assert "depth_mup at fraction 0.25: 3 run(s) are cooldown branches whose rows there are their source's" in text
     assert "at fraction 1:" not in text
