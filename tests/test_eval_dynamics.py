@@ -344,3 +344,52 @@ def test_runs_without_diagnostics_still_name_the_families_as_eval_transfer_does(
     assert len(result["runs"]) == 4
     said = "4 of 8 runs have no diagnostics rows and were left out (4 pending)"
     assert any(n.startswith(said) for n in result["notes"]) and said in (tmp_path / "out" / "dynamics.md").read_text()
+
+
+def test_the_figure_keeps_nine_long_family_labels_apart(tmp_path, monkeypatch):
+    """Nine cooldown families with labels of three swept keys (a stable sweep read with its WSD
+    cooldowns, as `eval dynamics sweeps/wsd_stable sweeps/wsd_cooldown` gives them): each panel's
+    title is wrapped inside its own width (no two titles of a row overlap), and the exponent panels
+    share one legend under them, one entry per family, inside the figure and clear of the panels.
+    Before, an 80-character label ran into its neighbour's title and each exponent panel had its own
+    legend of 18 entries drawn over its points."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import eval.dynamics_plots as dp
+    from eval.dynamics import QUANTITIES
+
+    families = ["sp"] + [f"sp (optimizer.min_lr_ratio={r}, scheduler.wsd_decay_steps={c}, branch_of.step={s})"
+                         for r in ("0.0", "0.1") for c in (2, 6) for s in (6, 18)]  # fmt: skip
+    fractions = [0.25, 0.5, 1.0]
+    series = {q: {str(L): {"steps": [3, 6, 9], "values": [1.0, 0.5, 0.25], "source_steps": [3, 6]} for L in (2, 4)}
+              for q in QUANTITIES}  # fmt: skip
+    result = {
+        "families": families, "fractions": fractions, "series": {f: series for f in families},
+        "branch_steps": {f: 6 for f in families},
+        "exponents": [{"family": f, "quantity": q, "fraction": x, "value": 0.1 * i, "ci": [0.1 * i - 0.05, 0.1 * i + 0.05],
+                       "expected": -0.5} for i, f in enumerate(families) for q in QUANTITIES for x in fractions],
+    }  # fmt: skip
+    figures = []
+    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append(fig) or [])
+    dp.plot(result, tmp_path / "dynamics")
+    fig = figures[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    axes = fig.axes
+    rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
+    assert len(rows) == len(families) + 1
+    for row in rows:
+        boxes = [ax.title.get_window_extent(renderer) for ax in row]
+        for left, right in zip(boxes, boxes[1:]):
+            assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
+    assert rows[1][0].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    assert all(ax.get_legend() is None for ax in rows[-1])
+    (legend,) = fig.legends
+    assert [t.get_text().replace("\n  ", " ") for t in legend.get_texts()] == families
+    box, whole = legend.get_window_extent(renderer), fig.get_window_extent(renderer)
+    assert box.y0 >= -0.5 and box.x0 >= -0.5 and box.x1 <= whole.x1 + 0.5
+    assert all(box.y1 <= ax.xaxis.label.get_window_extent(renderer).y0 for ax in rows[-1])  # under the panels
+    points = [line for line in rows[-1][0].get_lines() if line.get_linestyle() == "None" and line.get_marker() != "_"]
+    xs = sorted(x for line in points for x in line.get_xdata())
+    assert len(xs) == 9 * 3 and [round(x, 2) for x in xs[:9]] == [0.17, 0.19, 0.21, 0.23, 0.25, 0.27, 0.29, 0.31, 0.33]
+    assert max(xs[9:18]) - min(xs[9:18]) <= 0.16 + 1e-9 and min(xs[9:18]) > 0.25 + 0.125  # nearer 0.5 than 0.25
