@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
-from eval.results import CONFIG_KEYS, FAMILY_KEYS, ResultsError, SweepResults, read_results, select_runs
+from eval.results import CONFIG_KEYS, FAMILY_KEYS, ResultsError, SweepResults, read_results, select_runs, sources_text
 from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
 from rundir.files import (
     INHERITED_FROM,
@@ -200,13 +200,13 @@ def assign_families(
     index_of = {r.run_dir.resolve(): i for i, r in enumerate(runs)}
     frames: list[pd.DataFrame] = []
     extra: list[str] = []
-    name, warnings = "the run directories given", []
+    name, warnings, files = "the run directories given", [], ()
     if tables:
         try:
             sweep = read_results(list(dict.fromkeys(tables.values())), ignore_columns=ignore_columns)
         except ResultsError as exc:
             raise DynamicsError(str(exc)) from None
-        name, extra, warnings = sweep.name, list(sweep.extra_keys), sweep.warnings
+        name, extra, warnings, files = sweep.name, list(sweep.extra_keys), sweep.warnings, sweep.paths
         table = sweep.rows.drop_duplicates("run_id").reset_index(drop=True)
         dirs = [sweep.run_dir(rid).resolve() for rid in table["run_id"]]
         table["index"] = [index_of.get(d, -1) for d in dirs]
@@ -234,10 +234,12 @@ def assign_families(
     for k in [*FAMILY_KEYS, *extra]:  # as text (a column a lone run's summary lacks: empty), keys as labels write them
         rows[k] = [_text(v) for v in rows[k]]
     try:
-        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings)
+        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files)
         chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
     except ResultsError as exc:
         raise DynamicsError(str(exc)) from None
+    if tables and len(chosen.files) > 1:
+        notes.append(sources_text(chosen.runs_per_file()))  # as eval transfer says it
     notes += chosen.warnings
     kept = chosen.rows
     quiet = kept[kept["index"] < 0]
@@ -321,7 +323,7 @@ def expected_exponent(quantity: str, runs: list[RunDynamics]) -> Optional[float]
         ys.append(math.log(value))
     if len(set(xs)) < 2:
         return None
-    return float(np.polyfit(xs, ys, 1)[0])
+    return round(float(np.polyfit(xs, ys, 1)[0]), 12) + 0.0  # a rational exponent: no -1e-17 printed as -0.000
 
 
 def _fit(values: dict[int, list[np.ndarray]]) -> float:

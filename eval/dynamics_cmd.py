@@ -42,7 +42,12 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
             raise DynamicsError(f"--fractions: {f:g} is outside (0, 1]")
     notes: list[str] = []
     found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, notes=notes)
-    result = analyse(select(found, lr, presets), list(fractions), n_boot)
+    chosen = select(found, lr, presets)
+    result = analyse(chosen, list(fractions), n_boot)
+    which = f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation loss"
+    n_found = len({r.run_dir for r in found if not presets or r.preset in presets})
+    notes.append(f"{len({r.run_dir for r in chosen})} of {n_found} runs with diagnostics analysed: per family and "
+                 f"depth, every seed at {which}")  # fmt: skip
     result["notes"] = notes
     result["files"] = ["dynamics.json", "dynamics.md"]
     if figures:

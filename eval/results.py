@@ -112,6 +112,12 @@ class SweepResults:
         return out
 
 
+def sources_text(sources: list[tuple[str, int]]) -> str:
+    """``read as one table: A (8 runs), B (64 runs)``: the tables an analysis read together, each
+    with its runs (:meth:`SweepResults.runs_per_file`), as ``eval transfer`` and ``eval dynamics`` say it."""
+    return "read as one table: " + ", ".join(f"{file} ({runs} runs)" for file, runs in sources)
+
+
 def _parse_float(text: str, where: str, *, allow_empty: bool) -> float:
     if text == "":
         if allow_empty:

@@ -405,9 +405,10 @@ def _interval_line(analysis: TransferAnalysis) -> str:
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
     from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
+    from eval.results import sources_text
 
     if len(analysis.sources) > 1:
-        print("read as one table: " + ", ".join(f"{file} ({runs} runs)" for file, runs in analysis.sources))
+        print(sources_text(analysis.sources))
     print(_interval_line(analysis))
     marked = False
     for r in analysis.results:

@@ -247,7 +247,9 @@ def test_custom_arms_without_a_table_are_fitted_apart(tmp_path):
     assert got == pytest.approx(dict(zip(labels, (-0.5, 0.5, 0.0))), abs=0.03)
 
 
-def _valued_run(root: Path, run_id: str, preset: str, L: int, value: float) -> None:
+def _valued_run(
+    root: Path, run_id: str, preset: str, L: int, value: float, lr: float = 0.01, loss: float = 3.0
+) -> None:
     """update_ratio = ``value`` exactly (every layer and step 10..40, no noise); a run of a sweep."""
     rd = root / "runs" / run_id
     rd.mkdir(parents=True)
@@ -256,7 +258,7 @@ def _valued_run(root: Path, run_id: str, preset: str, L: int, value: float) -> N
             for step in (10, 20, 30, 40) for layer in range(L) for role in ("hidden_in", "hidden_out")]  # fmt: skip
     (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (rd / "parametrization.json").write_text(json.dumps(_table(preset, L)))
-    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": 0.01, "seed": 0, "final_val_loss": 3.0}
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": lr, "seed": 0, "final_val_loss": loss}
     (rd / "summary.json").write_text(json.dumps(summary))
 
 
@@ -393,3 +395,43 @@ def test_the_figure_keeps_nine_long_family_labels_apart(tmp_path, monkeypatch):
     xs = sorted(x for line in points for x in line.get_xdata())
     assert len(xs) == 9 * 3 and [round(x, 2) for x in xs[:9]] == [0.17, 0.19, 0.21, 0.23, 0.25, 0.27, 0.29, 0.31, 0.33]
     assert max(xs[9:18]) - min(xs[9:18]) <= 0.16 + 1e-9 and min(xs[9:18]) > 0.25 + 0.125  # nearer 0.5 than 0.25
+
+
+def test_the_report_says_the_tables_and_runs_it_read_as_eval_transfer_counts_them(tmp_path):
+    """Two sweeps read as one table (a stable sweep: sp at L = 2, 4, 8 with LRs 0.01 and 0.04; a
+    second: sp at L = 2, 4 at 0.01 with optimizer.min_lr_ratio=0.1): dynamics.md says 'read as one
+    table: A (6 runs), B (2 runs)' as eval transfer prints it, and '5 of 8 runs with diagnostics
+    analysed' (per family and depth the best LR's seeds: 3 + 2). The expected exponent of sp's
+    update_ratio is +0.000 (before, -0.000: a least-squares slope of -1e-17). Before, none of this."""
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    header = ["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS]
+    stable, floor = tmp_path / "stable", tmp_path / "floor"
+    lines = [",".join(header)]
+    for L in (2, 4, 8):
+        for lr, loss in ((0.01, 3.0), (0.04, 3.5)):
+            _valued_run(stable, f"L{L}-{lr}", "sp", L, 0.01 * L if lr == 0.01 else 1.0, lr, loss)
+            lines.append(f"L{L}-{lr},sp,{L},{lr},0,1.0,2,64,completed,40,1.0,{loss}")
+    (stable / "results.csv").write_text("\n".join(lines) + "\n")
+    lines = [",".join([*header[:8], "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for L in (2, 4):
+        _valued_run(floor, f"F{L}", "sp", L, 0.01)
+        lines.append(f"F{L},sp,{L},0.01,0,1.0,2,64,0.1,completed,40,1.0,3.0")
+    (floor / "results.csv").write_text("\n".join(lines) + "\n")
+    result = write_dynamics([stable, floor], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False)
+    text = (tmp_path / "out" / "dynamics.md").read_text()
+    said = f"read as one table: {stable / 'results.csv'} (6 runs), {floor / 'results.csv'} (2 runs)"
+    assert read_results([stable, floor]).runs_per_file() == [
+        (str(stable / "results.csv"), 6),
+        (str(floor / "results.csv"), 2),
+    ]
+    assert said in result["notes"] and said in text
+    assert "5 of 8 runs with diagnostics analysed: per family and depth, every seed at the LR with the lowest" in text
+    got = {e["family"]: e for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    assert list(got) == ["sp", "sp (optimizer.min_lr_ratio=0.1)"]
+    assert got["sp"]["value"] == pytest.approx(1.0) and got["sp (optimizer.min_lr_ratio=0.1)"][
+        "value"
+    ] == pytest.approx(0.0)
+    assert math.copysign(1.0, got["sp"]["expected"]) == 1.0 and "-0.000" not in text
