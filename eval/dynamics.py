@@ -42,7 +42,16 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
-from eval.results import CONFIG_KEYS, FAMILY_KEYS, ResultsError, SweepResults, read_results, select_runs, sources_text
+from eval.results import (
+    CONFIG_KEYS,
+    FAMILY_KEYS,
+    ResultsError,
+    SweepResults,
+    check_presets,
+    read_results,
+    select_runs,
+    sources_text,
+)
 from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
 from rundir.files import (
     INHERITED_FROM,
@@ -151,6 +160,7 @@ def find_runs(
     *,
     depths: Optional[list[int]] = None,
     shared_base: Optional[str] = None,
+    presets: Optional[list[str]] = None,
     notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
     """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``), each
@@ -172,7 +182,7 @@ def find_runs(
             f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
         )
     return assign_families(runs, tables, where or [], ignore_columns, depths=depths, shared_base=shared_base,
-                           notes=notes)  # fmt: skip
+                           presets=presets, notes=notes)  # fmt: skip
 
 
 def _text(value: Any) -> str:
@@ -189,6 +199,7 @@ def assign_families(
     *,
     depths: Optional[list[int]] = None,
     shared_base: Optional[str] = None,
+    presets: Optional[list[str]] = None,
     notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
     """Each run's family, made by ``eval.curves.build_families`` from the rows ``eval transfer``
@@ -236,6 +247,7 @@ def assign_families(
     try:
         whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files)
         chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
+        check_presets(chosen, presets)
     except ResultsError as exc:
         raise DynamicsError(str(exc)) from None
     if tables and len(chosen.files) > 1:
@@ -270,10 +282,7 @@ def select(
     """Per (family, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
     seed-mean final validation loss. ``presets``: only these presets' families (as ``eval transfer
     --presets``)."""
-    if presets:
-        known = sorted({r.preset for r in runs})
-        if unknown := [p for p in presets if p not in known]:
-            raise DynamicsError(f"--presets {unknown}: no runs of them; the runs' presets are {known}")
+    if presets:  # checked against the table by find_runs (eval.results.check_presets, as eval transfer)
         runs = [r for r in runs if r.preset in presets]
     groups: dict[tuple[Optional[Family], int], list[RunDynamics]] = {}
     for r in runs:

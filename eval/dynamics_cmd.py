@@ -41,7 +41,8 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
         if not 0.0 < f <= 1.0:
             raise DynamicsError(f"--fractions: {f:g} is outside (0, 1]")
     notes: list[str] = []
-    found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, notes=notes)
+    found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, presets=presets,
+                      notes=notes)  # fmt: skip
     chosen = select(found, lr, presets)
     result = analyse(chosen, list(fractions), n_boot)
     which = f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation loss"

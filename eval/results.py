@@ -112,6 +112,14 @@ class SweepResults:
         return out
 
 
+def check_presets(sweep: SweepResults, presets: Sequence[str] | None) -> None:
+    """``--presets`` (eval transfer, eval dynamics): each one a preset of the table's rows, else a
+    ``ResultsError`` naming those there are."""
+    known = sorted({str(p) for p in sweep.rows["preset"]})
+    if unknown := [p for p in presets or [] if p not in known]:
+        raise ResultsError(f"{sweep.name}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}")
+
+
 def sources_text(sources: list[tuple[str, int]]) -> str:
     """``read as one table: A (8 runs), B (64 runs)``: the tables an analysis read together, each
     with its runs (:meth:`SweepResults.runs_per_file`), as ``eval transfer`` and ``eval dynamics`` say it."""

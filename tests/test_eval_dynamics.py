@@ -171,7 +171,7 @@ def _family_run(root: Path, run_id: str, preset: str, L: int, lr: float, seed: i
     (rd / "summary.json").write_text(json.dumps(summary))
 
 
-def test_families_of_a_sweep_are_fitted_apart(tmp_path):
+def test_families_of_a_sweep_are_fitted_apart(tmp_path, capsys):
     """A cooldown-like sweep: two floors (optimizer.min_lr_ratio 0.0 and 0.1) at the same preset,
     depths, LRs and seeds. Planted at the best LR 0.01: update_ratio ~ L^-1/2 with floor 0.0,
     L^+1/2 with floor 0.1 (LR 0.04, worse loss: L^2, never selected). Each family gets its own
@@ -217,7 +217,15 @@ def test_families_of_a_sweep_are_fitted_apart(tmp_path):
     assert [round(e["value"], 1) for e in one["exponents"] if e["quantity"] == "update_ratio"] == [0.5]
     with pytest.raises(DynamicsError, match=r"--where optimizer.min_lr_ratio=0.5: no row has it"):
         write_dynamics([tmp_path], tmp_path / "o3", figures=False, where=[("optimizer.min_lr_ratio", "0.5")])
-    assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o4"), "--presets", "sp"]) == 2
+    # --presets as eval transfer checks it: one message (eval.results.check_presets); before, another wording
+    said = f"{tmp_path / 'results.csv'}: preset(s) ['sp'] not in column 'parametrization.preset'; found ['depth_mup']"
+    with pytest.raises(DynamicsError) as refused:
+        write_dynamics([tmp_path], tmp_path / "o4", figures=False, presets=["sp"])
+    assert str(refused.value) == said
+    for command in ("dynamics", "transfer"):
+        capsys.readouterr()
+        assert main([command, str(tmp_path), "--out", str(tmp_path / f"o4{command}"), "--presets", "sp"]) == 2
+        assert capsys.readouterr().err == f"error: {said}\n", command
     assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o5"), "--no-figures", "--bootstrap", "20",
                  "--where", "optimizer.min_lr_ratio=0.0", "--presets", "depth_mup"]) == 0  # fmt: skip
 
