@@ -17,9 +17,12 @@ import numpy as np
 import pandas as pd
 
 from eval.results import FAMILY_KEYS, FRACTION_ATOL, SweepResults
-from rundir.contract import PARAMETRIZATION_KEYS
+from rundir.contract import PARAMETRIZATION_KEYS, STEPS_KEY
 
 BASE_FAMILY_COLUMNS: tuple[str, ...] = FAMILY_KEYS  # eval.results owns what a family is
+# Columns a label names only where the others do not imply them: a WSD cooldown branch trains to
+# training.steps = branch_of.step + scheduler.wsd_decay_steps (launch.sweep_spec's `cooldown`).
+IMPLIED_COLUMNS: tuple[str, ...] = (STEPS_KEY,)
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
     "preset",
@@ -160,7 +163,11 @@ def shown_columns(runs: pd.DataFrame, columns: list[str]) -> tuple[str, ...]:
     that has no such column) says only which table a family came from: it is shown only where the
     other shown columns leave two families with the same label (then, in column order, until none
     do), so ``depth_mup`` and ``depth_mup (optimizer.min_lr_ratio=0.0)`` still differ. Preset
-    custom's ``parametrization.alpha`` / ``gamma`` are named wherever set: they are its identity."""
+    custom's ``parametrization.alpha`` / ``gamma`` are named wherever set: they are its identity.
+    A column of :data:`IMPLIED_COLUMNS` is left out where the other shown columns tell the
+    families apart without it: a cooldown branch's ``training.steps`` is its ``branch_of.step``
+    plus its cooldown (``scheduler.wsd_decay_steps``), so ``depth_mup (branch_of.step=6)``, not
+    ``depth_mup (training.steps=8, branch_of.step=6)``."""
     varying, presence = [], []
     for c in columns:
         values = set(runs[c].astype(str).str.strip())
@@ -180,6 +187,9 @@ def shown_columns(runs: pd.DataFrame, columns: list[str]) -> tuple[str, ...]:
         if not same_labels(varying):
             break
         varying.append(c)
+    for c in IMPLIED_COLUMNS:  # named only where the other shown columns do not say it
+        if c in varying and not same_labels([v for v in varying if v != c]):
+            varying.remove(c)
     return tuple(c for c in columns if c in varying)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,7 +42,16 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
-from eval.results import CONFIG_KEYS, ResultsError, SweepResults, keep_where, read_results
+from eval.results import (
+    CONFIG_KEYS,
+    FAMILY_KEYS,
+    ResultsError,
+    SweepResults,
+    check_presets,
+    read_results,
+    select_runs,
+    sources_text,
+)
 from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
 from rundir.files import (
     INHERITED_FROM,
@@ -77,6 +86,7 @@ class RunDynamics:
     inherited_steps: frozenset[int] = field(default_factory=frozenset)  # steps whose rows are its source's
     summary_keys: dict[str, Any] = field(default_factory=dict)  # its family columns, where no results.csv has it
     family: Optional[Family] = None  # set by find_runs (eval.curves: the family eval transfer puts it in)
+    shared: bool = False  # another preset's base-depth run standing for this one (--shared-base)
 
     @property
     def label(self) -> str:
@@ -145,11 +155,19 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
 
 
 def find_runs(
-    paths: list[Path], where: Optional[list[tuple[str, str]]] = None, ignore_columns: tuple[str, ...] = ()
+    paths: list[Path],
+    where: Optional[list[tuple[str, str]]] = None,
+    ignore_columns: tuple[str, ...] = (),
+    *,
+    depths: Optional[list[int]] = None,
+    shared_base: Optional[str] = None,
+    presets: Optional[list[str]] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
     """Runs with diagnostics under each path (a run directory, or a sweep's ``runs/``), each
-    with its family (:func:`assign_families`); ``where`` keeps the runs whose column holds the
-    value, as ``eval transfer --where`` does (``eval.results.keep_where``)."""
+    with its family (:func:`assign_families`); ``where``, ``depths`` and ``shared_base`` choose the
+    runs as ``eval transfer``'s ``--where``, ``--depths`` and ``--shared-base`` do
+    (``eval.results.select_runs``). What was left out, and why, is appended to ``notes``."""
     runs: list[RunDynamics] = []
     tables: dict[Path, Path] = {}  # a run directory -> the results.csv of its sweep
     for path in paths:
@@ -163,7 +181,8 @@ def find_runs(
         raise DynamicsError(
             f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
         )
-    return assign_families(runs, tables, where or [], ignore_columns)
+    return assign_families(runs, tables, where or [], ignore_columns, depths=depths, shared_base=shared_base,
+                           presets=presets, notes=notes)  # fmt: skip
 
 
 def _text(value: Any) -> str:
@@ -173,53 +192,87 @@ def _text(value: Any) -> str:
 
 
 def assign_families(
-    runs: list[RunDynamics], tables: dict[Path, Path], where: list[tuple[str, str]], ignore_columns: tuple[str, ...]
+    runs: list[RunDynamics],
+    tables: dict[Path, Path],
+    where: list[tuple[str, str]],
+    ignore_columns: tuple[str, ...],
+    *,
+    depths: Optional[list[int]] = None,
+    shared_base: Optional[str] = None,
+    presets: Optional[list[str]] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
-    """Each run's family, made by ``eval.curves.build_families`` from the columns ``eval transfer``
-    reads: a run of a sweep from its row of the sweep's ``results.csv``, a run directory given
-    alone from its summary. The runs ``where`` leaves out are dropped."""
-    by_dir: dict[Path, dict[str, Any]] = {}
+    """Each run's family, made by ``eval.curves.build_families`` from the rows ``eval transfer``
+    reads: a sweep's whole ``results.csv`` (its runs without diagnostics too, so that the labels
+    are transfer's), a run directory given alone from its summary. The runs ``select_runs`` leaves
+    out are dropped; a base-depth run that ``shared_base`` lends to another preset comes back once
+    more, as that preset's. ``notes`` gets what was left out and why."""
+    notes = notes if notes is not None else []
+    index_of = {r.run_dir.resolve(): i for i, r in enumerate(runs)}
+    frames: list[pd.DataFrame] = []
     extra: list[str] = []
+    name, warnings, files = "the run directories given", [], ()
     if tables:
         try:
             sweep = read_results(list(dict.fromkeys(tables.values())), ignore_columns=ignore_columns)
         except ResultsError as exc:
             raise DynamicsError(str(exc)) from None
-        extra = list(sweep.extra_keys)
-        for _, row in sweep.rows.drop_duplicates("run_id").iterrows():
-            by_dir[sweep.run_dir(row["run_id"]).resolve()] = {c: row[c] for c in [*CONFIG_KEYS, *extra]}
-    elif ignore_columns:
-        raise DynamicsError(f"--ignore-columns {list(ignore_columns)}: no results.csv among the paths given")
-    records = []
-    for r in runs:
-        record = by_dir.get(r.run_dir.resolve())
-        if record is None and r.run_dir.resolve() in tables:
+        name, extra, warnings, files = sweep.name, list(sweep.extra_keys), sweep.warnings, sweep.paths
+        table = sweep.rows.drop_duplicates("run_id").reset_index(drop=True)
+        dirs = [sweep.run_dir(rid).resolve() for rid in table["run_id"]]
+        table["index"] = [index_of.get(d, -1) for d in dirs]
+        missing = sorted(set(tables) - set(dirs))
+        if missing:
             raise DynamicsError(
-                f"{r.run_dir}: has diagnostics but no row in {tables[r.run_dir.resolve()]} (run `python -m launch "
+                f"{missing[0]}: has diagnostics but no row in {tables[missing[0]]} (run `python -m launch "
                 "status SWEEP_DIR` to write it again)"
             )
-        if record is None:  # a run directory given alone: its summary's keys
-            own = {"preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed, **r.summary_keys}
-            extra += [k for k in own if k not in CONFIG_KEYS and k not in extra]
-            record = own
-        records.append(record)
-    columns = [*CONFIG_KEYS, *extra]
-    rows = pd.DataFrame([[_text(rec.get(c)) for c in columns] for rec in records], columns=columns)
-    rows["index"] = range(len(runs))
-    name = ", ".join(sorted({str(p) for p in tables.values()})) or "the run directories given"
-    runs_table = SweepResults(path=Path(name), rows=rows, extra_keys=extra)
-    if where:
-        try:
-            runs_table = keep_where(runs_table, where)
-        except ResultsError as exc:
-            raise DynamicsError(str(exc)) from None
-    kept = runs_table.rows
-    columns = family_columns(runs_table)
+        frames.append(table)
+    elif ignore_columns:
+        raise DynamicsError(f"--ignore-columns {list(ignore_columns)}: no results.csv among the paths given")
+    alone = [r for r in runs if r.run_dir.resolve() not in tables]
+    if alone:  # run directories given alone: their summaries' keys
+        own = [{"run_id": str(r.run_dir), "preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed,
+                **r.summary_keys} for r in alone]  # fmt: skip
+        extra += [k for k in dict.fromkeys(k for rec in own for k in rec) if k not in (*CONFIG_KEYS, "run_id", *extra)]
+        frame = pd.DataFrame(own)
+        for k in extra:
+            frame[k] = [_text(v) for v in frame[k]] if k in frame else ""
+        frame["status"] = "completed"
+        frame["index"] = [index_of[r.run_dir.resolve()] for r in alone]
+        frames.append(frame)
+    rows = pd.concat(frames, ignore_index=True)
+    for k in [*FAMILY_KEYS, *extra]:  # as text (a column a lone run's summary lacks: empty), keys as labels write them
+        rows[k] = [_text(v) for v in rows[k]]
+    try:
+        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files)
+        chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
+        check_presets(chosen, presets)
+    except ResultsError as exc:
+        raise DynamicsError(str(exc)) from None
+    if tables and len(chosen.files) > 1:
+        notes.append(sources_text(chosen.runs_per_file()))  # as eval transfer says it
+    notes += chosen.warnings
+    kept = chosen.rows
+    quiet = kept[kept["index"] < 0]
+    if len(quiet):
+        pending = int((quiet["status"] == "pending").sum())
+        notes.append(
+            f"{len(quiet)} of {len(kept)} runs have no diagnostics rows and were left out"
+            + (f" ({pending} pending)" if pending else "")
+            + ": trained without logging.diagnostics_interval, or ended before its first diagnostics step"
+        )
+    columns = family_columns(chosen)
     families = build_families(kept, columns)
     out = []
-    for values, i in zip(kept[columns].itertuples(index=False, name=None), kept["index"]):
-        runs[i].family = families[values]
-        out.append(runs[i])
+    for values, members in kept.groupby(columns, sort=True, dropna=False):  # as build_families keys them
+        family = families[values if isinstance(values, tuple) else (values,)]
+        for _, row in members[members["index"] >= 0].iterrows():
+            run = runs[row["index"]]
+            if row.get("shared_copy") is True:
+                run = replace(run, preset=str(row["preset"]), shared=True)
+            run.family = family
+            out.append(run)
     return out
 
 
@@ -229,10 +282,7 @@ def select(
     """Per (family, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
     seed-mean final validation loss. ``presets``: only these presets' families (as ``eval transfer
     --presets``)."""
-    if presets:
-        known = sorted({r.preset for r in runs})
-        if unknown := [p for p in presets if p not in known]:
-            raise DynamicsError(f"--presets {unknown}: no runs of them; the runs' presets are {known}")
+    if presets:  # checked against the table by find_runs (eval.results.check_presets, as eval transfer)
         runs = [r for r in runs if r.preset in presets]
     groups: dict[tuple[Optional[Family], int], list[RunDynamics]] = {}
     for r in runs:
@@ -282,7 +332,7 @@ def expected_exponent(quantity: str, runs: list[RunDynamics]) -> Optional[float]
         ys.append(math.log(value))
     if len(set(xs)) < 2:
         return None
-    return float(np.polyfit(xs, ys, 1)[0])
+    return round(float(np.polyfit(xs, ys, 1)[0]), 12) + 0.0  # a rational exponent: no -1e-17 printed as -0.000
 
 
 def _fit(values: dict[int, list[np.ndarray]]) -> float:
@@ -340,7 +390,8 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
         "presets": list(dict.fromkeys(r.preset for r in ordered)),
         "fractions": fractions,
         "exponents": [],
-        "series": {},
+        "series": {},  # family -> quantity -> depth -> steps, values, source_steps (a branch's source's rows)
+        "branch_steps": {},  # family -> its branch step (None: not a cooldown branch)
     }
     for first in ordered:
         mine = [r for r in runs if r.label == first.label]
@@ -356,11 +407,13 @@ def analyse(runs: list[RunDynamics], fractions: list[float], n_boot: int = 1000)
                 ys = [float(np.exp(np.mean([np.log(v) for r in at_depth
                                              for v in r.per_layer[quantity].get(s, {}).values()])))
                       for s in steps]  # fmt: skip
-                series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys}
+                inherited = [s for s in steps if any(s in r.inherited_steps for r in at_depth)]
+                series.setdefault(quantity, {})[str(depth)] = {"steps": steps, "values": ys, "source_steps": inherited}
         result["series"][first.label] = series
+        result["branch_steps"][first.label] = first.branch_step  # the same for a family (a column of it)
     result["runs"] = [
         {"run_dir": str(r.run_dir), "family": r.label, "preset": r.preset, "num_layers": r.num_layers, "lr": r.lr,
-         "seed": r.seed}
+         "seed": r.seed, **({"shared_base": True} if r.shared else {})}
         for r in runs
     ]  # fmt: skip
     return result
@@ -390,4 +443,5 @@ def markdown(result: dict[str, Any]) -> str:
                         "diagnostics before the branch step")  # fmt: skip
         if said:
             notes.setdefault(f"{e['family']} at fraction {e['fraction']:g}: " + "; ".join(said), None)
-    return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in notes) + ("\n" if notes else "")
+    said = [*notes, *(n.rstrip(".") for n in result.get("notes", []))]  # then what the selection left out
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}." for n in said) + ("\n" if said else "")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from eval.dynamics import DynamicsError, analyse, find_runs, markdown, select
 from eval.dynamics_plots import plot
 from eval.outputs import atomic_write_bytes, write_json
-from eval.transfer_cmd import where_condition
+from eval.transfer_cmd import add_selection_arguments
 from rundir.contract import ExitCode
 
 HELP = "update/weight and activation RMS per layer against depth and step, exponents with CIs (diagnostics.jsonl)"
@@ -25,26 +25,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.5, 1.0],
                         help="fractions of training at which to fit exponents")  # fmt: skip
     parser.add_argument("--bootstrap", type=int, default=1000)
-    parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
-    parser.add_argument("--where", nargs="+", type=where_condition, default=[], metavar="COLUMN=VALUE",
-                        help="only the runs whose column (of results.csv, as eval transfer --where) holds this value, "
-                        "e.g. optimizer.min_lr_ratio=0.1: one family of a sweep that swept several")  # fmt: skip
-    parser.add_argument("--ignore-columns", nargs="+", default=[], metavar="COL",
-                        help="leave these columns of results.csv out (per-run records, no swept keys: as eval transfer)")  # fmt: skip
+    add_selection_arguments(parser)  # eval transfer's: the same runs and families
     parser.add_argument("--no-figures", action="store_true")
 
 
 def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fractions: tuple[float, ...] = (0.1, 0.5, 1.0),
                    n_boot: int = 1000, figures: bool = True, *, presets: Optional[list[str]] = None,
-                   where: Optional[list[tuple[str, str]]] = None, ignore_columns: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+                   where: Optional[list[tuple[str, str]]] = None, ignore_columns: tuple[str, ...] = (),
+                   depths: Optional[list[int]] = None, shared_base: Optional[str] = None) -> dict[str, Any]:  # fmt: skip
     """The Python API (the demo calls it): analyse and write every output; DynamicsError on bad input.
-    Runs are grouped into ``eval transfer``'s families; ``presets``, ``where`` and
-    ``ignore_columns`` are its ``--presets``, ``--where`` and ``--ignore-columns``."""
+    Runs are grouped into ``eval transfer``'s families; ``presets``, ``where``, ``ignore_columns``,
+    ``depths`` and ``shared_base`` are its ``--presets``, ``--where``, ``--ignore-columns``,
+    ``--depths`` and ``--shared-base``."""
     for f in fractions:
         if not 0.0 < f <= 1.0:
             raise DynamicsError(f"--fractions: {f:g} is outside (0, 1]")
-    runs = select(find_runs(paths, where, tuple(ignore_columns)), lr, presets)
-    result = analyse(runs, list(fractions), n_boot)
+    notes: list[str] = []
+    found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, presets=presets,
+                      notes=notes)  # fmt: skip
+    chosen = select(found, lr, presets)
+    result = analyse(chosen, list(fractions), n_boot)
+    which = f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation loss"
+    n_found = len({r.run_dir for r in found if not presets or r.preset in presets})
+    notes.append(f"{len({r.run_dir for r in chosen})} of {n_found} runs with diagnostics analysed: per family and "
+                 f"depth, every seed at {which}")  # fmt: skip
+    result["notes"] = notes
     result["files"] = ["dynamics.json", "dynamics.md"]
     if figures:
         result["files"] += [p.name for p in plot(result, out / "dynamics")]
@@ -59,7 +64,8 @@ def run(args: argparse.Namespace) -> ExitCode:
     try:
         result = write_dynamics([Path(p) for p in args.paths], Path(args.out), args.lr, tuple(args.fractions),
                                 args.bootstrap, not args.no_figures, presets=args.presets, where=args.where,
-                                ignore_columns=tuple(args.ignore_columns))  # fmt: skip
+                                ignore_columns=tuple(args.ignore_columns), depths=args.depths,
+                                shared_base=args.shared_base)  # fmt: skip
     except DynamicsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE

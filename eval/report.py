@@ -17,6 +17,7 @@ from typing import Any
 
 from eval.optimum import Optimum
 from eval.outputs import atomic_write_text, write_json
+from eval.results import sources_list
 from eval.transfer import DepthPrediction, DepthResult, FractionResult, PresetGap, TransferAnalysis, fraction_label
 
 MAX_REASONS_SHOWN = 50
@@ -544,17 +545,11 @@ def _regret_text(d: DepthResult) -> str:
     return d.regret_status.replace("_", " ")
 
 
-def sources_list(analysis: TransferAnalysis, quote: str = "") -> str:
-    """The tables read as one, each with the runs it gave: ``a.csv (12 runs), b.csv (8 runs)``
-    (each name between ``quote``s: the report's Markdown), as the report and the console name them."""
-    return ", ".join(f"{quote}{file}{quote} ({runs} runs)" for file, runs in analysis.sources)
-
-
 def _sources_text(analysis: TransferAnalysis) -> str:
     """``Source: `results.csv``` or, for tables read as one, each with the runs it gave."""
     if len(analysis.sources) < 2:
         return f"Source: `{analysis.source}`"
-    return f"Sources, read as one table: {sources_list(analysis, '`')}"
+    return f"Sources, read as one table: {sources_list(analysis.sources, '`')}"
 
 
 def _runs_text(cs) -> str:

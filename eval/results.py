@@ -112,6 +112,25 @@ class SweepResults:
         return out
 
 
+def check_presets(sweep: SweepResults, presets: Sequence[str] | None) -> None:
+    """``--presets`` (eval transfer, eval dynamics): each one a preset of the table's rows, else a
+    ``ResultsError`` naming those there are."""
+    known = sorted({str(p) for p in sweep.rows["preset"]})
+    if unknown := [p for p in presets or [] if p not in known]:
+        raise ResultsError(f"{sweep.name}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}")
+
+
+def sources_list(sources: list[tuple[str, int]], quote: str = "") -> str:
+    """``A (8 runs), B (64 runs)``: the tables an analysis read together, each with its runs
+    (:meth:`SweepResults.runs_per_file`); each name between ``quote``s (the report's Markdown)."""
+    return ", ".join(f"{quote}{file}{quote} ({runs} runs)" for file, runs in sources)
+
+
+def sources_text(sources: list[tuple[str, int]]) -> str:
+    """``read as one table: A (8 runs), B (64 runs)``, as ``eval transfer`` and ``eval dynamics`` say it."""
+    return "read as one table: " + sources_list(sources)
+
+
 def _parse_float(text: str, where: str, *, allow_empty: bool) -> float:
     if text == "":
         if allow_empty:
@@ -579,6 +598,26 @@ def read_divergence_reasons(sweep: SweepResults, run_ids: list[str]) -> dict[str
         if summary is not None and isinstance(summary.reason, str) and summary.reason:
             reasons[run_id] = summary.reason
     return reasons
+
+
+def select_runs(
+    sweep: SweepResults,
+    *,
+    where: Sequence[tuple[str, str]] | None = None,
+    depths: Sequence[int] | None = None,
+    shared_base: str | None = None,
+) -> SweepResults:
+    """The runs an analysis compares: ``--where`` (:func:`keep_where`), then ``--depths``
+    (:func:`keep_depths`), then ``--shared-base`` (:func:`share_base_depth`), each said in the
+    table's warnings. The one place ``eval transfer`` and ``eval dynamics`` choose their runs, so
+    the same options keep the same runs in both."""
+    if where:
+        sweep = keep_where(sweep, list(where))
+    if depths:
+        sweep = keep_depths(sweep, list(depths))
+    if shared_base:
+        sweep = share_base_depth(sweep, shared_base)
+    return sweep
 
 
 def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:

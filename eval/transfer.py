@@ -16,7 +16,7 @@ import numpy as np
 
 from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
-from eval.results import FRACTION_ATOL, SweepResults, read_divergence_reasons
+from eval.results import FRACTION_ATOL, ResultsError, SweepResults, check_presets, read_divergence_reasons
 from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 from rundir.contract import PARAMETRIZATION_KEYS
 
@@ -398,12 +398,10 @@ def analyze(
     curveset = build_curves(sweep, chosen, use_evals_before_divergence=use_evals_before_divergence)
     families = curveset.families
     if presets:
-        known = sorted({f.preset for f in families})
-        unknown = [p for p in presets if p not in known]
-        if unknown:
-            raise AnalysisInputError(
-                f"{sweep.name}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}"
-            )
+        try:
+            check_presets(sweep, presets)
+        except ResultsError as exc:
+            raise AnalysisInputError(str(exc)) from None
         families = [f for f in families if f.preset in presets]
     if base_depth is not None:
         all_depths = sorted({c.depth for (fam, _), cs in curveset.curves.items() if fam in families for c in cs})

@@ -75,6 +75,43 @@ def where_condition(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the runs and families compared, the same in ``eval transfer`` and
+    ``eval dynamics`` (one parser, one meaning: ``eval.results.select_runs`` applies ``--where``,
+    ``--depths`` and ``--shared-base``; ``--presets`` keeps those presets' families)."""
+    parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
+    parser.add_argument(
+        "--ignore-columns",
+        nargs="+",
+        default=[],
+        metavar="COL",
+        help="leave these columns of results.csv out (per-run records another tool writes, e.g. a wall time: every "
+        "column besides the contract's is otherwise read as a swept setting that defines a family)",
+    )
+    parser.add_argument(
+        "--where",
+        nargs="+",
+        type=where_condition,
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="only the rows whose column holds this value, e.g. model.block=linear1 or optimizer.min_lr_ratio=0.1: "
+        "one variant of a sweep that swept several (each combination of the swept columns is otherwise its own family)",
+    )
+    parser.add_argument(
+        "--depths",
+        nargs="+",
+        type=int,
+        metavar="L",
+        help="only these depths (e.g. leave the deepest out: eval transfer predicts it with --target-depth)",
+    )
+    parser.add_argument(
+        "--shared-base",
+        metavar="PRESET",
+        help="use PRESET's runs at the base depth for presets that have none there (at L = L0 all presets "
+        "are the same model, so a sweep may train it once)",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE
 
@@ -102,37 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="base depth L0 for the regret (default: parametrization.base_num_layers if all runs agree, else the smallest depth)",
     )
-    parser.add_argument("--presets", nargs="+", metavar="P", help="only these parametrization presets")
-    parser.add_argument(
-        "--ignore-columns",
-        nargs="+",
-        default=[],
-        metavar="COL",
-        help="leave these columns of the CSV out (per-run records another tool writes, e.g. a wall time: every "
-        "column besides the contract's is otherwise read as a swept setting that defines a family)",
-    )
-    parser.add_argument(
-        "--where",
-        nargs="+",
-        type=where_condition,
-        default=[],
-        metavar="COLUMN=VALUE",
-        help="only the rows whose column holds this value, e.g. model.block=linear1: one variant of a study that "
-        "swept several (each combination of the swept columns is otherwise analysed as its own family)",
-    )
-    parser.add_argument(
-        "--depths",
-        nargs="+",
-        type=int,
-        metavar="L",
-        help="only these depths (e.g. leave the deepest out and predict it with --target-depth)",
-    )
-    parser.add_argument(
-        "--shared-base",
-        metavar="PRESET",
-        help="use PRESET's runs at the base depth for presets that have none there (at L = L0 all presets "
-        "are the same model, so a sweep may train it once)",
-    )
+    add_selection_arguments(parser)
     parser.add_argument(
         "--fit-window",
         type=int,
@@ -234,16 +241,15 @@ def write_transfer(
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import keep_depths, keep_where, read_results, share_base_depth
+    from eval.results import read_results, select_runs
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
-    sweep = read_results(sweep_dir, ignore_columns=ignore_columns or ())
-    if where:
-        sweep = keep_where(sweep, where)
-    if depths:
-        sweep = keep_depths(sweep, depths)
-    if shared_base:
-        sweep = share_base_depth(sweep, shared_base)
+    sweep = select_runs(
+        read_results(sweep_dir, ignore_columns=ignore_columns or ()),
+        where=where,
+        depths=depths,
+        shared_base=shared_base,
+    )
     analysis = analyze(
         sweep,
         fractions=fractions,
@@ -398,10 +404,11 @@ def _interval_line(analysis: TransferAnalysis) -> str:
 
 def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callable[[float], str]) -> None:
     from eval.goals import achieved_text, met_text
-    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks, sources_list
+    from eval.report import HEADLINE_LEGEND, gap_marks, mark_text, max_regret_marks, slope_marks
+    from eval.results import sources_text
 
     if len(analysis.sources) > 1:
-        print(f"read as one table: {sources_list(analysis)}")
+        print(sources_text(analysis.sources))
     print(_interval_line(analysis))
     marked = False
     for r in analysis.results:

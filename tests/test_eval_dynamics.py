@@ -98,13 +98,21 @@ def _diag_run(rd: Path, preset: str, L: int, steps_k: dict[int, float], branch_o
     (rd / "summary.json").write_text(json.dumps(summary))
 
 
-def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path):
+def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path, monkeypatch):
     """Cooldown branches from step 20 of runs logged every 10 steps to 40: a branch's own
     diagnostics.jsonl starts at step 30. Planted: update_ratio ~ L^-1/2 up to step 20 (the source),
     L^+1/2 after (the branch). Fraction 0.25 of the branch's training is step 10, its source's:
     -0.5 (before, the nearest of the branch's own steps, 30, gave +0.5 and said nothing), said in
-    dynamics.md and dynamics.json. A branch whose source logged no diagnostics is left out there."""
+    dynamics.md and dynamics.json. The figure draws the source's rows (steps 10, 20) dashed and the
+    branch's own (30, 40) solid from step 20, with the branch step marked; before, one solid line
+    10..40 that did not say which rows were whose. A branch whose source logged no diagnostics is
+    left out there."""
+    import eval.dynamics_plots
     from eval.dynamics_cmd import write_dynamics
+
+    figures = []
+    save = eval.dynamics_plots.save_figure
+    monkeypatch.setattr(eval.dynamics_plots, "save_figure", lambda fig, *a: figures.append(fig) or save(fig, *a))
 
     for L in (2, 4, 8):
         src = tmp_path / "stable" / "runs" / f"L{L}"
@@ -116,6 +124,14 @@ def test_a_branch_reads_its_sources_diagnostics_before_its_branch_step(tmp_path)
     assert {f: round(e["value"], 6) for f, e in got.items()} == {0.25: -0.5, 0.5: -0.5, 1.0: 0.5}
     assert {f: e["runs_from_source"] for f, e in got.items()} == {0.25: 3, 0.5: 3, 1.0: 0}
     assert result["series"]["depth_mup"]["update_ratio"]["4"]["steps"] == [10, 20, 30, 40]
+    assert result["series"]["depth_mup"]["update_ratio"]["4"]["source_steps"] == [10, 20]
+    assert result["branch_steps"] == {"depth_mup": 20}
+    panel = figures[0].axes[0]  # depth_mup's update_ratio against step
+    drawn = [(line.get_linestyle(), list(line.get_xdata())) for line in panel.get_lines()]
+    assert drawn == [("--", [10, 20]), ("-", [20, 30, 40])] * 3 + [(":", [20, 20])]
+    assert [t.get_text() for t in panel.get_legend().get_texts()] == [
+        "L=2", "L=4", "L=8", "branch step 20: dashed = source run's rows",
+    ]  # fmt: skip
     text = (tmp_path / "out" / "dynamics.md").read_text()
     assert "depth_mup at fraction 0.25: 3 run(s) are cooldown branches whose rows there are their source's" in text
     assert "at fraction 1:" not in text
@@ -155,7 +171,7 @@ def _family_run(root: Path, run_id: str, preset: str, L: int, lr: float, seed: i
     (rd / "summary.json").write_text(json.dumps(summary))
 
 
-def test_families_of_a_sweep_are_fitted_apart(tmp_path):
+def test_families_of_a_sweep_are_fitted_apart(tmp_path, capsys):
     """A cooldown-like sweep: two floors (optimizer.min_lr_ratio 0.0 and 0.1) at the same preset,
     depths, LRs and seeds. Planted at the best LR 0.01: update_ratio ~ L^-1/2 with floor 0.0,
     L^+1/2 with floor 0.1 (LR 0.04, worse loss: L^2, never selected). Each family gets its own
@@ -201,7 +217,15 @@ def test_families_of_a_sweep_are_fitted_apart(tmp_path):
     assert [round(e["value"], 1) for e in one["exponents"] if e["quantity"] == "update_ratio"] == [0.5]
     with pytest.raises(DynamicsError, match=r"--where optimizer.min_lr_ratio=0.5: no row has it"):
         write_dynamics([tmp_path], tmp_path / "o3", figures=False, where=[("optimizer.min_lr_ratio", "0.5")])
-    assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o4"), "--presets", "sp"]) == 2
+    # --presets as eval transfer checks it: one message (eval.results.check_presets); before, another wording
+    said = f"{tmp_path / 'results.csv'}: preset(s) ['sp'] not in column 'parametrization.preset'; found ['depth_mup']"
+    with pytest.raises(DynamicsError) as refused:
+        write_dynamics([tmp_path], tmp_path / "o4", figures=False, presets=["sp"])
+    assert str(refused.value) == said
+    for command in ("dynamics", "transfer"):
+        capsys.readouterr()
+        assert main([command, str(tmp_path), "--out", str(tmp_path / f"o4{command}"), "--presets", "sp"]) == 2
+        assert capsys.readouterr().err == f"error: {said}\n", command
     assert main(["dynamics", str(tmp_path), "--out", str(tmp_path / "o5"), "--no-figures", "--bootstrap", "20",
                  "--where", "optimizer.min_lr_ratio=0.0", "--presets", "depth_mup"]) == 0  # fmt: skip
 
@@ -252,3 +276,193 @@ def test_load_run_reads_a_branchs_summary_once(tmp_path, monkeypatch):
     run = load_run(branch)
     assert run.branch_step == 20 and run.steps == [10, 20, 30] and run.inherited_steps == {10, 20}
     assert read == [branch, src]
+
+
+def _valued_run(
+    root: Path, run_id: str, preset: str, L: int, value: float, lr: float = 0.01, loss: float = 3.0
+) -> None:
+    """update_ratio = ``value`` exactly (every layer and step 10..40, no noise); a run of a sweep."""
+    rd = root / "runs" / run_id
+    rd.mkdir(parents=True)
+    rows = [{"step": step, "layer": layer, "role": role, "param": f"decoder.layers.{layer}.{role}", "weight_rms": 1.0,
+             "update_rms": value, "update_ratio": value}
+            for step in (10, 20, 30, 40) for layer in range(L) for role in ("hidden_in", "hidden_out")]  # fmt: skip
+    (rd / "diagnostics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rd / "parametrization.json").write_text(json.dumps(_table(preset, L)))
+    summary = {"status": "completed", "preset": preset, "num_layers": L, "lr": lr, "seed": 0, "final_val_loss": loss}
+    (rd / "summary.json").write_text(json.dumps(summary))
+
+
+def test_depths_and_shared_base_choose_the_runs_as_eval_transfer_does(tmp_path):
+    """A sweep that trained the base depth L0=2 once, as sp: sp at L = 2, 4, 8 with update_ratio
+    0.01, 0.01, 0.04; depth_mup at L = 4, 8 only, with 0.04, 0.04. Least squares of ln q on ln L:
+    sp over (2, 4, 8) is +1.0, over (4, 8) (--depths 4 8) +2.0; depth_mup over (4, 8) is 0.0, and
+    with --shared-base sp (sp's L=2 run, 0.01, stands for depth_mup's) +1.0 over (2, 4, 8). The
+    options are eval transfer's own (one parser, the same help), and so is their order: --depths
+    before --shared-base, so --depths 4 8 --shared-base sp finds no base run to share, exit 2 as in
+    eval transfer. Before, eval dynamics had neither option (exit 2: unrecognized arguments)."""
+    import argparse
+
+    from eval import dynamics_cmd, transfer_cmd
+    from eval.__main__ import main
+    from eval.dynamics import DynamicsError
+    from eval.dynamics_cmd import write_dynamics
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for preset, values in (("sp", {2: 0.01, 4: 0.01, 8: 0.04}), ("depth_mup", {4: 0.04, 8: 0.04})):
+        for L, value in values.items():
+            _valued_run(tmp_path, f"{preset}-L{L}", preset, L, value)
+            lines.append(f"{preset}-L{L},{preset},{L},0.01,0,1.0,2,64,completed,40,1.0,3.0")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+
+    def exponents(**options) -> dict[str, tuple[float, list[int]]]:
+        result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False, **options)
+        return {e["family"]: (round(e["value"], 6), e["depths"]) for e in result["exponents"]
+                if e["quantity"] == "update_ratio"}  # fmt: skip
+
+    assert exponents() == {"sp": (1.0, [2, 4, 8]), "depth_mup": (0.0, [4, 8])}
+    assert exponents(depths=[4, 8]) == {"sp": (2.0, [4, 8]), "depth_mup": (0.0, [4, 8])}
+    assert exponents(shared_base="sp") == {"sp": (1.0, [2, 4, 8]), "depth_mup": (1.0, [2, 4, 8])}
+    result = json.loads((tmp_path / "out" / "dynamics.json").read_text())
+    assert {(r["family"], r["num_layers"], r.get("shared_base", False)) for r in result["runs"] if r["num_layers"] == 2} \
+        == {("sp", 2, False), ("depth_mup", 2, True)}  # fmt: skip
+    said = "base depth shared: the runs of 'sp' at L = L0 also stand for 'depth_mup'"
+    assert any(n.startswith(said) for n in result["notes"]) and said in (tmp_path / "out" / "dynamics.md").read_text()
+    with pytest.raises(DynamicsError, match=r"--shared-base sp: no rows of preset 'sp' at its base depth"):
+        exponents(depths=[4, 8], shared_base="sp")
+    with pytest.raises(DynamicsError, match=r"--depths \[16\] not in column 'model.num_layers' \(swept: \[2, 4, 8\]\)"):
+        exponents(depths=[16])
+    out = ["--out", str(tmp_path / "o"), "--no-figures", "--bootstrap", "10", "--fractions", "1.0"]
+    assert main(["dynamics", str(tmp_path), *out, "--depths", "4", "8", "--shared-base", "sp"]) == 2
+    assert main(["dynamics", str(tmp_path), *out, "--shared-base", "sp", "--depths", "2", "4"]) == 0
+
+    def options(module) -> dict[str, tuple]:
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return {a.option_strings[0]: (a.dest, a.nargs, a.type, a.default, a.help) for a in parser._actions
+                if a.option_strings}  # fmt: skip
+
+    transfer, dynamics = options(transfer_cmd), options(dynamics_cmd)
+    for name in ("--presets", "--where", "--ignore-columns", "--depths", "--shared-base"):
+        assert dynamics[name] == transfer[name], name
+
+
+def test_runs_without_diagnostics_still_name_the_families_as_eval_transfer_does(tmp_path):
+    """A sweep of two floors whose optimizer.min_lr_ratio=0.1 runs are still pending (no run
+    directory yet): eval transfer labels the finished family 'depth_mup (optimizer.min_lr_ratio=0.0)'
+    (its labels come from every row of results.csv), and so does eval dynamics now, saying that
+    4 of the 8 runs (4 pending) have no diagnostics. Before, its families were made from the runs
+    with diagnostics only: 'depth_mup', another name for the same runs, and nothing said."""
+    from eval.curves import build_curves
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(3)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for floor, status in (("0.0", "completed"), ("0.1", "pending")):
+        for L in (2, 4):
+            for seed in (0, 1):
+                run_id = f"f{floor}-L{L}-s{seed}"
+                if status == "completed":
+                    _family_run(tmp_path, run_id, "depth_mup", L, 0.01, seed, 3.0, -0.5, rng)
+                loss = "3.0" if status == "completed" else ""
+                lines.append(f"{run_id},depth_mup,{L},0.01,{seed},1.0,2,64,{floor},{status},40,1.0,{loss}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False)
+    transfer = [f.label for f in build_curves(read_results(tmp_path), [1.0]).families]
+    assert transfer == ["depth_mup (optimizer.min_lr_ratio=0.0)", "depth_mup (optimizer.min_lr_ratio=0.1)"]
+    assert result["families"] == transfer[:1]
+    assert len(result["runs"]) == 4
+    said = "4 of 8 runs have no diagnostics rows and were left out (4 pending)"
+    assert any(n.startswith(said) for n in result["notes"]) and said in (tmp_path / "out" / "dynamics.md").read_text()
+
+
+def test_the_figure_keeps_nine_long_family_labels_apart(tmp_path, monkeypatch):
+    """Nine cooldown families with labels of three swept keys (a stable sweep read with its WSD
+    cooldowns, as `eval dynamics sweeps/wsd_stable sweeps/wsd_cooldown` gives them): each panel's
+    title is wrapped inside its own width (no two titles of a row overlap), and the exponent panels
+    share one legend under them, one entry per family, inside the figure and clear of the panels.
+    Before, an 80-character label ran into its neighbour's title and each exponent panel had its own
+    legend of 18 entries drawn over its points."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import eval.dynamics_plots as dp
+    from eval.dynamics import QUANTITIES
+
+    families = ["sp"] + [f"sp (optimizer.min_lr_ratio={r}, scheduler.wsd_decay_steps={c}, branch_of.step={s})"
+                         for r in ("0.0", "0.1") for c in (2, 6) for s in (6, 18)]  # fmt: skip
+    fractions = [0.25, 0.5, 1.0]
+    series = {q: {str(L): {"steps": [3, 6, 9], "values": [1.0, 0.5, 0.25], "source_steps": [3, 6]} for L in (2, 4)}
+              for q in QUANTITIES}  # fmt: skip
+    result = {
+        "families": families, "fractions": fractions, "series": {f: series for f in families},
+        "branch_steps": {f: 6 for f in families},
+        "exponents": [{"family": f, "quantity": q, "fraction": x, "value": 0.1 * i, "ci": [0.1 * i - 0.05, 0.1 * i + 0.05],
+                       "expected": -0.5} for i, f in enumerate(families) for q in QUANTITIES for x in fractions],
+    }  # fmt: skip
+    figures = []
+    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append(fig) or [])
+    dp.plot(result, tmp_path / "dynamics")
+    fig = figures[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    axes = fig.axes
+    rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
+    assert len(rows) == len(families) + 1
+    for row in rows:
+        boxes = [ax.title.get_window_extent(renderer) for ax in row]
+        for left, right in zip(boxes, boxes[1:]):
+            assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
+    assert rows[1][0].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    assert all(ax.get_legend() is None for ax in rows[-1])
+    (legend,) = fig.legends
+    assert [t.get_text().replace("\n  ", " ") for t in legend.get_texts()] == families
+    box, whole = legend.get_window_extent(renderer), fig.get_window_extent(renderer)
+    assert box.y0 >= -0.5 and box.x0 >= -0.5 and box.x1 <= whole.x1 + 0.5
+    assert all(box.y1 <= ax.xaxis.label.get_window_extent(renderer).y0 for ax in rows[-1])  # under the panels
+    points = [line for line in rows[-1][0].get_lines() if line.get_linestyle() == "None" and line.get_marker() != "_"]
+    xs = sorted(x for line in points for x in line.get_xdata())
+    assert len(xs) == 9 * 3 and [round(x, 2) for x in xs[:9]] == [0.17, 0.19, 0.21, 0.23, 0.25, 0.27, 0.29, 0.31, 0.33]
+    assert max(xs[9:18]) - min(xs[9:18]) <= 0.16 + 1e-9 and min(xs[9:18]) > 0.25 + 0.125  # nearer 0.5 than 0.25
+
+
+def test_the_report_says_the_tables_and_runs_it_read_as_eval_transfer_counts_them(tmp_path):
+    """Two sweeps read as one table (a stable sweep: sp at L = 2, 4, 8 with LRs 0.01 and 0.04; a
+    second: sp at L = 2, 4 at 0.01 with optimizer.min_lr_ratio=0.1): dynamics.md says 'read as one
+    table: A (6 runs), B (2 runs)' as eval transfer prints it, and '5 of 8 runs with diagnostics
+    analysed' (per family and depth the best LR's seeds: 3 + 2). The expected exponent of sp's
+    update_ratio is +0.000 (before, -0.000: a least-squares slope of -1e-17). Before, none of this."""
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    header = ["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS]
+    stable, floor = tmp_path / "stable", tmp_path / "floor"
+    lines = [",".join(header)]
+    for L in (2, 4, 8):
+        for lr, loss in ((0.01, 3.0), (0.04, 3.5)):
+            _valued_run(stable, f"L{L}-{lr}", "sp", L, 0.01 * L if lr == 0.01 else 1.0, lr, loss)
+            lines.append(f"L{L}-{lr},sp,{L},{lr},0,1.0,2,64,completed,40,1.0,{loss}")
+    (stable / "results.csv").write_text("\n".join(lines) + "\n")
+    lines = [",".join([*header[:8], "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for L in (2, 4):
+        _valued_run(floor, f"F{L}", "sp", L, 0.01)
+        lines.append(f"F{L},sp,{L},0.01,0,1.0,2,64,0.1,completed,40,1.0,3.0")
+    (floor / "results.csv").write_text("\n".join(lines) + "\n")
+    result = write_dynamics([stable, floor], tmp_path / "out", fractions=(1.0,), n_boot=20, figures=False)
+    text = (tmp_path / "out" / "dynamics.md").read_text()
+    said = f"read as one table: {stable / 'results.csv'} (6 runs), {floor / 'results.csv'} (2 runs)"
+    assert read_results([stable, floor]).runs_per_file() == [
+        (str(stable / "results.csv"), 6),
+        (str(floor / "results.csv"), 2),
+    ]
+    assert said in result["notes"] and said in text
+    assert "5 of 8 runs with diagnostics analysed: per family and depth, every seed at the LR with the lowest" in text
+    got = {e["family"]: e for e in result["exponents"] if e["quantity"] == "update_ratio"}
+    assert list(got) == ["sp", "sp (optimizer.min_lr_ratio=0.1)"]
+    assert got["sp"]["value"] == pytest.approx(1.0) and got["sp (optimizer.min_lr_ratio=0.1)"][
+        "value"
+    ] == pytest.approx(0.0)
+    assert math.copysign(1.0, got["sp"]["expected"]) == 1.0 and "-0.000" not in text

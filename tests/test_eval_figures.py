@@ -21,20 +21,28 @@ from eval.results import read_results
 from eval.transfer import analyze
 from tests.test_eval_transfer import HEADER, make_rows, write_sweep
 
-KEYS = ["branch_of.step", "optimizer.min_lr_ratio", "scheduler.wsd_decay_steps", "training.steps"]
+KEYS = [
+    "branch_of.step",
+    "optimizer.min_lr_ratio",
+    "scheduler.wsd_decay_steps",
+    "training.steps",
+    "optimizer.weight_decay",
+]
 GRID = tuple(float(x) for x in np.arange(-10.0, -6.9, 0.5))
 
 
 def families_analysis(tmp_path, n: int, fractions: tuple[float, ...]):
     """``n`` families of planted cooldowns with long labels: branch steps 6, 12, ..., 6n (as text,
-    12 sorts before 6), two floors, two cooldown lengths; family k planted with slope k/20."""
+    12 sorts before 6), two floors, two cooldown lengths, three weight decays (training.steps, the
+    step plus the cooldown, is not named); family k planted with slope k/20."""
     rows = []
     for k in range(n):
         step, floor, cooldown = 6 * (k + 1), ("0.0", "0.1")[k % 2], (2, 6)[k // 2 % 2]
         for row in make_rows(
             slopes={"depth_mup": k / 20}, depths=(2, 4, 8), seeds=(0,), grid=GRID, fractions=fractions, rng_seed=k
         ):
-            values = {KEYS[0]: step, KEYS[1]: floor, KEYS[2]: cooldown, KEYS[3]: step + cooldown}
+            values = {KEYS[0]: step, KEYS[1]: floor, KEYS[2]: cooldown, KEYS[3]: step + cooldown,
+                      KEYS[4]: ("0.0", "0.01", "0.1")[k % 3]}  # fmt: skip
             rows.append({**row, **values, "run_id": f"{row['run_id']}-from{step}"})
     path = write_sweep(tmp_path / "sweep", rows, [*HEADER[:8], *KEYS, *HEADER[8:]])
     return analyze(read_results(path), n_boot=0, fractions=list(fractions))
@@ -57,7 +65,7 @@ def test_figures_fit_every_legend_and_title_with_1_to_12_families(tmp_path, n, f
     assert len(labels) == n
     if n > 1:  # numbers as numbers: branch steps 6, 12, 18, ... (as text 12, 18, 24, ... came before 6)
         assert [int(lab.split("branch_of.step=")[1].split(",")[0]) for lab in labels] == [6 * (k + 1) for k in range(n)]
-        assert len(labels[-1]) > 90  # long labels: 4 swept keys
+        assert len(labels[-1]) > 100  # long labels: 4 swept keys named
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "constrained_layout not applied" and every other warning fail
         optimum, loss = plot_optimal_lr_vs_depth(analysis), plot_loss_vs_lr(analysis)

@@ -93,8 +93,8 @@ def test_cooldowns_from_two_steps_and_the_stable_sweep_are_a_family_each(tmp_pat
     analysis = analyze(joined, n_boot=0, fractions=[1.0])
     assert slopes(analysis) == {
         ("sp", 1.0): pytest.approx(-0.25, abs=0.02),
-        ("sp (branch_of.step=6, training.steps=8)", 1.0): pytest.approx(-0.5, abs=0.02),
-        ("sp (branch_of.step=18, training.steps=20)", 1.0): pytest.approx(0.0, abs=0.02),
+        ("sp (branch_of.step=6)", 1.0): pytest.approx(-0.5, abs=0.02),
+        ("sp (branch_of.step=18)", 1.0): pytest.approx(0.0, abs=0.02),
     }
     warned = [w for w in joined.warnings if "no column(s)" in w]
     assert warned == [
@@ -215,7 +215,7 @@ def test_families_are_ordered_by_their_values_with_numbers_as_numbers(tmp_path):
     stable = write_sweep(tmp_path / "stable", make_rows(slopes={"sp": 0.1}, depths=(2, 4, 8), fractions=(1.0,)))
     out = tmp_path / "out"
     assert main(["transfer", str(stable), *map(str, reversed(sweeps)), "--out", str(out), "--bootstrap", "0"]) == 0
-    labels = ["sp", *(f"sp (branch_of.step={s}, training.steps={s + 2})" for s in (6, 12, 18))]
+    labels = ["sp", *(f"sp (branch_of.step={s})" for s in (6, 12, 18))]
     record = json.loads((out / "transfer.json").read_text())
     assert [f["label"] for f in record["families"]] == labels
     assert [r["family"] for r in record["results"]] == labels
@@ -241,7 +241,7 @@ def test_a_column_one_table_lacks_and_the_others_fix_is_named_only_where_it_tell
     stable = write_sweep(tmp_path / "stable", make_rows(slopes={"sp": 0.25}, depths=(2, 4, 8), fractions=(1.0,)))
     analysis = analyze(read_results([stable, *cool]), n_boot=0)
     assert [f.label for f in analysis.families] == [
-        "sp", "sp (branch_of.step=6, training.steps=8)", "sp (branch_of.step=18, training.steps=20)",
+        "sp", "sp (branch_of.step=6)", "sp (branch_of.step=18)",
     ]  # fmt: skip
     assert analysis.families[1].key_dict()["optimizer.min_lr_ratio"] == "0.0"  # kept in the keys and transfer.json
     # two floors: the column tells the cooldowns apart, and is named in each of them
@@ -261,6 +261,31 @@ def test_a_column_one_table_lacks_and_the_others_fix_is_named_only_where_it_tell
         "sp": pytest.approx(-0.25, abs=0.03),
         "sp (optimizer.min_lr_ratio=0.0)": pytest.approx(-0.5, abs=0.03),
     }
+
+
+def test_a_branch_label_leaves_out_the_training_steps_its_step_and_cooldown_imply(tmp_path):
+    """Cooldowns from steps 6 and 18, each 2 and 6 steps long (configs/sweeps/wsd/cooldown.yaml):
+    training.steps = step + cooldown (8, 12, 20, 24) is said by the other two columns, so the
+    labels name the cooldown and the step only; before, all three
+    ('sp (scheduler.wsd_decay_steps=2, training.steps=8, branch_of.step=6)'). Every column stays
+    in the keys. A sweep whose families only training.steps tells apart keeps it in the label."""
+    header = [*HEADER[:8], "optimizer.min_lr_ratio", "scheduler.wsd_decay_steps", "training.steps",
+              "branch_of.step", *HEADER[8:]]  # fmt: skip
+    rows = []
+    for step in (6, 18):
+        for cooldown in (2, 6):
+            for row in cooldown_rows(0.0, step, cooldown):
+                rows.append({**row, "scheduler.wsd_decay_steps": cooldown})
+    analysis = analyze(read_results(write_sweep(tmp_path / "cool", rows, header)), n_boot=0)
+    assert [f.label for f in analysis.families] == [
+        f"sp (scheduler.wsd_decay_steps={c}, branch_of.step={s})" for c in (2, 6) for s in (6, 18)
+    ]
+    assert [f.key_dict()["training.steps"] for f in analysis.families] == ["8", "20", "12", "24"]
+    only = [*HEADER[:8], "training.steps", *HEADER[8:]]
+    rows = [{**r, "training.steps": steps, "run_id": f"{r['run_id']}-{steps}"}
+            for steps in (24, 48) for r in make_rows(slopes={"sp": 0.0}, depths=(2, 4, 8), fractions=(1.0,))]  # fmt: skip
+    analysis = analyze(read_results(write_sweep(tmp_path / "long", rows, only)), n_boot=0)
+    assert [f.label for f in analysis.families] == ["sp (training.steps=24)", "sp (training.steps=48)"]
 
 
 def test_one_custom_arm_keeps_its_alpha_and_gamma_in_its_label(tmp_path):
