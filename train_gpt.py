@@ -67,6 +67,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # flags may sit among the key=value overrides
 
 
+def refused_before_run_dir(message: str) -> None:
+    """A refusal (exit 2) before the run directory is known, recorded in this attempt's own exit
+    file where its launcher named one (``$DEPTHMUP_ATTEMPT_EXIT``): torchrun exits 1 whatever
+    its ranks exit with, and srun 75 when ``--kill-on-bad-exit`` stopped the other ranks while
+    they started (a preemption to requeue, up to ``max_requeues`` times), so without it the
+    launcher saw a crash or a preemption, not bad input."""
+    from rundir.contract import ExitCode
+    from rundir.files import ExitRecord, write_attempt_exit
+
+    write_attempt_exit(ExitRecord(ExitCode.USAGE, message, int(os.environ.get("RANK", "0"))))
+
+
 def main(argv: list[str] | None = None) -> ExitCode:
     # Until the Trainer installs its preemption flag (SIGTERM/SIGINT then checkpoint and exit 75),
     # a signal stops the start-up with one line and the contract's exit 75: nothing was trained,
@@ -83,7 +95,12 @@ def main(argv: list[str] | None = None) -> ExitCode:
         from rundir.contract import ExitCode
 
         quiet_libraries()
-        args = parse_args(argv)
+        try:
+            args = parse_args(argv)
+        except SystemExit as exc:  # argparse's usage error (its message printed above)
+            if exc.code == ExitCode.USAGE:
+                refused_before_run_dir("train_gpt.py: bad command line (see its error message)")
+            raise
         if args.local_rank is not None:
             os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
         from runconfig import ConfigError, load_config
@@ -93,6 +110,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
             cfg = load_config(RunConfig, args.config, args.overrides)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            refused_before_run_dir(str(exc))
             return ExitCode.USAGE
         from training.runner import Trainer
 

@@ -30,6 +30,7 @@ from runconfig.loader import overridden
 from runconfig.validate import validate_layout
 from rundir.contract import ATTEMPT_EXIT_ENV, EXIT_FILES, ExitCode
 from rundir.files import attempt_exit
+from rundir.lock import run_locked
 
 LAUNCHERS = ("local", "torchrun", "slurm", "deepspeed")
 SLURM_MODES = ("torchrun", "srun")  # one torchrun per node | one srun task per GPU
@@ -65,6 +66,10 @@ class PreparedJob:
     script: str
     slurm_output: Optional[str] = None
     warnings: list[str] = field(default_factory=list)
+    # local/torchrun/deepspeed: this attempt's own exit file (ATTEMPT_EXIT_ENV), and the script's
+    # name while it runs (renamed to script_path once the attempt was not locked out of the run)
+    attempt_exit: Optional[Path] = None
+    attempt_script: Optional[Path] = None
 
 
 LAYOUT_KEYS = (
@@ -92,6 +97,7 @@ def prepare_job(req: JobRequest) -> PreparedJob:
     config = (cwd / req.config).resolve()
     cfg = load_run_config(config, req.overrides)
     run_dir = cwd / cfg.run.dir
+    own = attempts.exit_file(run_dir) if req.launcher != "slurm" else None
     train = TrainInvocation(tuple(trainer_command(req.train_cmd)), str(config), tuple(req.overrides), req.force)
     procs = req.nproc_per_node or req.gpus_per_node or 1
     name = req.slurm.job_name or run_dir.name
@@ -132,8 +138,9 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         command = train.argv()
     elif req.launcher == "torchrun":
         command = launchers.torchrun_command(topo, train.argv())
-    elif req.launcher == "deepspeed":
-        command = launchers.deepspeed_command(topo, train.argv(), hostfile, req.deepspeed_launcher, hostfile_hosts)
+    elif req.launcher == "deepspeed":  # DeepSpeed passes on only some variables to other nodes' ranks
+        forwarded = ["env", f"{ATTEMPT_EXIT_ENV}={own}", *train.argv()]
+        command = launchers.deepspeed_command(topo, forwarded, hostfile, req.deepspeed_launcher, hostfile_hosts)
     else:
         per_node = 1 if req.slurm_mode == "torchrun" else procs
         resources = {
@@ -171,7 +178,10 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         command=command,
     )
     script_path = run_dir / "launch" / SCRIPT_NAMES[req.launcher]
-    return PreparedJob(req.launcher, run_dir, script_path, script, slurm_output, warnings)
+    attempt_script = None
+    if own is not None:  # launch/torchrun-<attempt>.sh, as launch/exit-<attempt>.json
+        attempt_script = script_path.with_name(f"{script_path.stem}-{own.stem.split('-', 1)[1]}{script_path.suffix}")
+    return PreparedJob(req.launcher, run_dir, script_path, script, slurm_output, warnings, own, attempt_script)
 
 
 def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
@@ -183,9 +193,10 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         sys.stdout.write(job.script)
         print(f"[launch] dry run: would write {job.script_path} and run it", file=sys.stderr)
         return ExitCode.OK
-    atomic_write_text(job.script_path, job.script)
-    job.script_path.chmod(0o755)
-    print(f"[launch] wrote {job.script_path}", file=sys.stderr)
+    if job.attempt_script is None:  # slurm: the submission's record
+        atomic_write_text(job.script_path, job.script)
+        job.script_path.chmod(0o755)
+        print(f"[launch] wrote {job.script_path}", file=sys.stderr)
     if job.launcher == "slurm":
         try:
             job_id = sbatch.submit(job.script_path, job.slurm_output or "slurm-%j.out")
@@ -196,15 +207,32 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         atomic_write_text(job.script_path.parent / "slurm_job.json", json.dumps(record, indent=1) + "\n")
         print(f"submitted batch job {job_id}")
         return ExitCode.OK
+    assert job.attempt_exit is not None and job.attempt_script is not None
+    if run_locked(job.run_dir):  # seen from here: nothing to start, nothing to write
+        print(f"[launch] {job.run_dir} is in use by another process on this host (its run lock is held): "
+              "nothing started", file=sys.stderr)  # fmt: skip
+        return ExitCode.BUSY
+    # The script runs under a name of this attempt's own and becomes launch/<launcher>.sh only
+    # when the attempt was not locked out: the run directory may be another live process's
+    # (on another host), whose script that file is.
+    script = job.attempt_script
+    atomic_write_text(script, job.script)
+    script.chmod(0o755)
+    print(f"[launch] wrote {script}", file=sys.stderr)
     started = time.time()
-    own = attempts.exit_file(job.run_dir)  # a rank locked out of the run directory says its 4 here
-    proc = start_child(["bash", str(job.script_path)], env={**os.environ, ATTEMPT_EXIT_ENV: str(own)})
+    own = job.attempt_exit  # a rank locked out of the run directory says its 4 here
+    proc = start_child(["bash", str(script)], env={**os.environ, ATTEMPT_EXIT_ENV: str(own)})
     with forwarding_signals(lambda: [proc]):
         code = proc.wait()
     if code != 0:  # torchrun exits 1 whatever its ranks exit with; a trainer killed in its teardown
         written = attempt_exit(job.run_dir, started, own)  # wrote its code before: the trainer's, this attempt's
         code = code if written is None else written.exit_code
     own.unlink(missing_ok=True)
+    if code == ExitCode.BUSY:
+        script.unlink(missing_ok=True)
+    else:
+        os.replace(script, job.script_path)
+        print(f"[launch] kept as {job.script_path}", file=sys.stderr)
     return code if code >= 0 else 128 - code
 
 

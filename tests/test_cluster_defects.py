@@ -328,8 +328,9 @@ exit $code"""
 def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path, monkeypatch):
     """A `launch job --launcher slurm --slurm-mode srun` script (2 ranks, real train_gpt.py) runs
     while another job's trainer holds the run lock: rank 0 exits 4 and writes nothing into the
-    owner's run directory, srun kills rank 1 (waiting for rank 0 in the rendezvous) and exits
-    137. Before, no exit file said otherwise: the job ended 137 (FAILED, as a killed job). Now the
+    owner's run directory; rank 1 learns it from rank 0 and exits 4 too (before that: srun
+    killed it, waiting for rank 0 in the rendezvous, and exited 137). Before, no exit file said
+    otherwise: the job ended 137 (FAILED, as a killed job). Now the
     script names this run of the job's own file ($DEPTHMUP_ATTEMPT_EXIT, by job id and requeue
     count) and jobscripts.requeue reads it first: the job exits 4, not requeued."""
     from launch.job import JobRequest, prepare_job
@@ -355,9 +356,9 @@ def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path,
     assert done.returncode == 4, done.stderr[-3000:]
     assert f'--exit-file "$DEPTHMUP_ATTEMPT_EXIT" --exit-file {run_dir}/exit.json' in job.script
     own = run_dir / "launch" / "exit-31-2.json"
-    assert f"srun exited 137; {own} says 4: exiting 4" in done.stderr
+    assert "srun exited" not in done.stderr  # both ranks exited 4 (rank 0 told rank 1): none killed
     record = json.loads(own.read_text())
-    assert (record["exit_code"], record["status"], record["rank"]) == (4, "busy", 0)
+    assert (record["exit_code"], record["status"]) == (4, "busy") and record["rank"] in (0, 1)
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "launch"]  # nothing in the owner's directory
     assert not (tmp_path / "scontrol.calls").exists()  # not requeued
 

@@ -165,8 +165,17 @@ def test_deepspeed_multi_node_pdsh_delivers_arguments_intact(tmp_path, capsys, c
         "--no_local_rank", "--no_python",
     ]  # fmt: skip
     train = [*shlex.split(FAKE_TRAIN_CMD), "--config", str(TINY_BASE), _override(weird_dir), *SPLIT]
-    assert _remote_argv(argv[8], argv[9:]) == train
-    assert _run_dir_of(_remote_argv(argv[8], argv[9:])) == str(weird_dir)
+    remote = _remote_argv(argv[8], argv[9:])
+    assert remote[2:] == train
+    assert _run_dir_of(remote) == str(weird_dir)
+    # DeepSpeed passes on only some variables (NCCL*, PYTHON*, ..., .deepspeed_env) to other
+    # nodes' ranks: this attempt's exit file (where a locked-out rank says its 4) travels in
+    # the command line, to every backend (before: rank 0 on another node never saw it)
+    assert remote[0] == "env" and remote[1].startswith("DEPTHMUP_ATTEMPT_EXIT=")
+    own = Path(remote[1].split("=", 1)[1])
+    assert own.parent == weird_dir / "launch" and own.name.startswith("exit-") and own.suffix == ".json"
+    probe = [sys.executable, "-c", "import os; print(os.environ['DEPTHMUP_ATTEMPT_EXIT'])"]
+    assert subprocess.run([*remote[:2], *probe], capture_output=True, text=True).stdout == f"{own}\n"
 
     hostfile.write_text("node-a slots=8\n")
     assert main(["job", "--config", str(TINY_BASE), "--launcher", "deepspeed", "--nodes", "2",
@@ -184,6 +193,10 @@ def test_deepspeed_other_backends_get_plain_arguments(tmp_path, capsys, cluster,
     _execute(script, tmp_path)
     (call,) = dumps(cluster, "deepspeed")
     assert "--launcher=openmpi" in call["argv"] and _run_dir_of(call["argv"]) == str(weird_dir)
+    i = call["argv"].index("--no_python")
+    assert call["argv"][i + 1] == "env" and call["argv"][i + 2].startswith(
+        f"DEPTHMUP_ATTEMPT_EXIT={weird_dir}/launch/exit-"
+    )
 
 
 def test_deepspeed_single_node_passes_any_argument(tmp_path, capsys, cluster, weird_dir):

@@ -200,10 +200,12 @@ def test_a_refused_resume_under_torchrun_is_invalid_and_not_retried(tmp_path, mo
     assert "failed     1" in out.out
 
 
-def test_a_torchrun_job_refused_for_a_changed_key_exits_2(tmp_path, monkeypatch, capsys):
+def test_a_torchrun_job_refused_for_a_changed_key_exits_2(tmp_path, monkeypatch, capfd):
     """A finished run started again on 2 ranks with another optimizer.weight_decay: both ranks
     refuse (exit 2, the key named) and torchrun exits 1; `launch job` exits with the trainer's
-    2 from exit.json (before: 1, a crash to a script around it)."""
+    2 from this attempt's own exit file (before: 1, a crash to a script around it). The finished
+    run's directory is not written: no exit.json (before: both ranks wrote one there, without
+    the run lock, where a live owner's launcher would read it as its own attempt's)."""
     from tests.conftest import free_port
 
     monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
@@ -214,13 +216,65 @@ def test_a_torchrun_job_refused_for_a_changed_key_exits_2(tmp_path, monkeypatch,
     assert main([*argv, "--launcher", "local"]) == 0
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    capfd.readouterr()
     assert (
         main([*argv, "optimizer.weight_decay=0.1", "--launcher", "torchrun", "--nproc-per-node", "2", *rendezvous]) == 2
     )
-    record = json.loads((run_dir / "exit.json").read_text())
-    assert (record["exit_code"], record["status"]) == (2, "invalid")
-    assert "optimizer.weight_decay: 0.0 -> 0.1" in record["reason"]
+    assert "optimizer.weight_decay: 0.0 -> 0.1" in capfd.readouterr().err
+    assert not (run_dir / "exit.json").exists() and list((run_dir / "launch").glob("exit-*.json")) == []
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"  # the run's record, kept
+
+
+def test_a_refusal_of_a_finished_run_leaves_its_live_owners_files_alone(tmp_path, monkeypatch, capfd):
+    """A finished run is being retrained (--force) by a live owner on another host, and a second
+    submission with another optimizer.weight_decay starts: the trainer refuses (exit 2) before
+    it takes the run lock. Before, it wrote RUN_DIR/exit.json anyway: the owner's launcher
+    reads that file (first, before summary.json) as its own attempt's ending, so the owner's
+    attempt read as `invalid`. Now the refusal goes to this attempt's own exit file: `launch
+    job` exits 2 and the owner's directory is as it was."""
+    from rundir import lock
+
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run_dir = tmp_path / "run"
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=2", *small, "--launcher", "local"]
+    assert main(argv) == 0
+    monkeypatch.setattr(lock, "PROC_LOCKS", tmp_path / "no such file")  # the owner runs on another host
+    owner = _owner(run_dir)
+    before = _files(run_dir)
+    capfd.readouterr()
+    try:
+        assert main([*argv, "optimizer.weight_decay=0.1"]) == 2
+    finally:
+        owner.communicate("\n", timeout=60)
+    assert "optimizer.weight_decay: 0.0 -> 0.1" in capfd.readouterr().err
+    assert _files(run_dir) == before  # no exit.json in the owner's directory
+    assert list((run_dir / "launch").glob("exit-*.json")) == []
+
+
+def test_a_torchrun_refusal_before_the_run_dir_is_known_keeps_its_2(tmp_path, monkeypatch):
+    """A config that no longer loads when the job starts (edited after submission): both ranks
+    refuse before they know the run directory, torchrun exits 1. A `launch job` SLURM script
+    (--slurm-mode torchrun) runs it as here, under jobscripts.requeue with this run of the job's
+    own exit file first. Before, no file said 2 and the job ended 1, a crash; now each rank
+    writes its 2 to the attempt's own file and the job exits 2 (bad input)."""
+    from jobscripts.requeue import requeue_command
+    from launch.launchers import Topology, torchrun_command
+    from tests.conftest import REPO, env
+
+    config = tmp_path / "edited.yaml"
+    config.write_text(TINY_BASE.read_text() + "\nno_such_section:\n  key: 1\n")
+    own = tmp_path / "exit-31-0.json"
+    train = [sys.executable, str(REPO / "train_gpt.py"), "--config", str(config), f"run.dir={tmp_path / 'run'}"]
+    exit_files = [str(own), str(tmp_path / "run" / "exit.json")]
+    command = requeue_command(torchrun_command(Topology(1, 2), train), 0, 75, exit_files)  # --standalone
+    done = subprocess.run(command, cwd=REPO, env={**env(), "DEPTHMUP_ATTEMPT_EXIT": str(own)},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"exited 1; {own} says 2: exiting 2" in done.stderr
+    record = json.loads(own.read_text())
+    assert (record["exit_code"], record["status"]) == (2, "invalid") and "no_such_section" in record["reason"]
 
 
 def _running(pid: int) -> bool:
@@ -330,17 +384,25 @@ def test_a_two_rank_run_locked_by_a_live_owner_is_busy_not_failed_and_uses_no_re
     assert [a.outcome for a in attempts.read(rd).attempts] == ["preempted", "busy", "completed"]
 
 
-def test_a_torchrun_job_locked_out_of_its_run_exits_4(tmp_path, monkeypatch):
-    """`launch job --launcher torchrun` (2 ranks, real train_gpt.py) while another process holds
-    the run lock: torchrun exits 1; the job exits 4 (before: 1, a crash to a script around it),
-    and nothing is written into the owner's run directory."""
+def test_a_torchrun_job_locked_out_of_its_run_exits_4(tmp_path, monkeypatch, capfd):
+    """`launch job --launcher torchrun` (2 ranks, real train_gpt.py) while another process on
+    another host holds the run lock (so `launch job` cannot see it and starts the ranks):
+    torchrun exits 1; the job exits 4 (before: 1, a crash to a script around it), and nothing
+    is written into the owner's run directory, its launch script included (before: the owner's
+    launch/torchrun.sh was replaced by this attempt's). Rank 0 tells rank 1 before either
+    leaves, so both exit 4 at once; before, rank 1 waited for rank 0 in the rendezvous until
+    torchrun killed it, 30 s after a SIGTERM it could not act on there."""
+    from rundir import lock
     from tests.conftest import free_port
 
     monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(lock, "PROC_LOCKS", tmp_path / "no such file")  # the owner runs on another host
     run_dir = tmp_path / "run"
     owner = _owner(run_dir)
+    (run_dir / "launch" / "torchrun.sh").write_text("# the owner's script\n")
     before = _files(run_dir)
+    launch_before = {p.name: p.stat().st_mtime for p in (run_dir / "launch").iterdir()}
     small = [f"{k}={v}" for k, v in SMALL.items()]
     argv = ["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", "training.steps=2", *small]
     argv += ["--launcher", "torchrun", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
@@ -348,4 +410,29 @@ def test_a_torchrun_job_locked_out_of_its_run_exits_4(tmp_path, monkeypatch):
         assert main([*argv, "--master-port", str(free_port())]) == 4
     finally:
         owner.communicate("\n", timeout=60)
-    assert _files(run_dir) == before and list((run_dir / "launch").glob("exit-*.json")) == []
+    err = capfd.readouterr().err
+    assert "forcefully exiting via 9" not in err and err.count("exitcode  : 4") == 2, err[-3000:]  # both ranks: 4
+    assert _files(run_dir) == before and (run_dir / "launch" / "torchrun.sh").read_text() == "# the owner's script\n"
+    after = {p.name: p.stat().st_mtime for p in (run_dir / "launch").iterdir()}
+    assert after.keys() == launch_before.keys()  # no torchrun-*.sh or exit-*.json of this attempt left
+    assert after["torchrun.sh"] == launch_before["torchrun.sh"]
+
+
+def test_a_job_locked_out_on_this_host_starts_nothing(tmp_path, monkeypatch, capsys):
+    """`launch job` while a live process on this host holds the run lock (seen in /proc/locks):
+    exit 4 at once, nothing started and nothing written into the owner's directory (before: the
+    owner's launch/local.sh was replaced before the trainer found the run locked)."""
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)
+    run_dir = tmp_path / "run"
+    owner = _owner(run_dir)
+    (run_dir / "launch" / "local.sh").write_text("# the owner's script\n")
+    launch_before = {p.name: p.stat().st_mtime for p in (run_dir / "launch").iterdir()}
+    try:
+        assert main(["job", "--config", str(TINY_BASE), f"run.dir={run_dir}"]) == 4
+    finally:
+        owner.communicate("\n", timeout=60)
+    assert f"[launch] {run_dir} is in use by another process on this host" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime for p in (run_dir / "launch").iterdir() if p.name != "attempts.json"} == {
+        k: v for k, v in launch_before.items() if k != "attempts.json"
+    }  # attempts.json: the owner's own attempt, closed as it ends
+    assert (run_dir / "launch" / "local.sh").read_text() == "# the owner's script\n"

@@ -39,8 +39,9 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
-def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
-    """Initialize torch.distributed (NCCL on GPU, gloo on CPU) and megatron's parallel state."""
+def init_process_group(device: str) -> tuple[int, int, int, str]:
+    """torch.distributed's default group (NCCL on GPU, gloo on CPU), once: (rank, world size,
+    local rank, backend)."""
     rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     local_rank = env_int("LOCAL_RANK", 0)
     backend = "nccl" if device == "cuda" else "gloo"
@@ -51,6 +52,25 @@ def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         else:
             dist.init_process_group(backend, rank=rank, world_size=world)
+    return rank, world, local_rank, backend
+
+
+def all_agree(device: str, mine: bool) -> bool:
+    """Whether every rank passed True (the default group is set up here if it is not yet).
+
+    For a decision one rank takes before set-up that every rank must act on at once: a rank
+    that left without the others would leave them waiting in the group's rendezvous until
+    their launcher kills them (torchrun: 30 s after its SIGTERM, which they cannot act on
+    while they wait)."""
+    _rank, _world, _local, backend = init_process_group(device)
+    flag = torch.tensor([1 if mine else 0], dtype=torch.int32, device="cuda" if backend == "nccl" else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def init_distributed(device: str, tp: int = 1, pp: int = 1) -> DistInfo:
+    """Initialize torch.distributed (NCCL on GPU, gloo on CPU) and megatron's parallel state."""
+    rank, world, local_rank, backend = init_process_group(device)
     check_world(world, tp, pp)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)

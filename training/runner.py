@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from runconfig.schema import RunConfig, run_identity
-from rundir.contract import EXIT_OF_STATUS, ExitCode, Status
+from rundir.contract import EXIT_OF_STATUS, LOCK_FILE, ExitCode, Status
 from rundir.files import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
@@ -40,7 +40,7 @@ from rundir.files import (
     write_exit_record,
     write_summary,
 )
-from rundir.lock import RunLock
+from rundir.lock import RunLock, run_locked
 from training.backends import StepResult
 from training.loop_parts import (
     Checkpointer,
@@ -51,7 +51,7 @@ from training.loop_parts import (
     summary_line,
     train_line,
 )
-from training.session import Session, SetupError, build_session
+from training.session import Session, SetupError, build_session, device_of
 
 log = logging.getLogger("train_gpt")
 
@@ -116,18 +116,26 @@ class Trainer:
             if changes:
                 return self._refuse(
                     f"{self.run_dir}: already {previous.status} with another config; refusing to report "
-                    "it as this one's (--force retrains it; or give another run.dir):\n  " + "\n  ".join(changes)
+                    "it as this one's (--force retrains it; or give another run.dir):\n  " + "\n  ".join(changes),
+                    owns_run_dir=False,
                 )
             if self.is_main:
                 print(f"{self.run_dir}: already {previous.status}; nothing to do (use --force to retrain)")
             return EXIT_OF_STATUS[previous.status]
         lock = RunLock(self.run_dir) if self.is_main else None
-        if lock is not None and not lock.acquire():
-            message = f"{self.run_dir} is in use by another process (lock {lock.path})"
-            print(f"error: {message}", file=sys.stderr)
+        if not self._lock_taken(lock):
+            message = f"{self.run_dir} is in use by another process (lock {self.run_dir / LOCK_FILE})"
+            if self.is_main:
+                print(f"error: {message}", file=sys.stderr)
             # not exit.json: the run directory is the live owner's, and its launcher reads that
             # file as its own attempt's; under torchrun (exit 1) only this attempt's file says 4
+            # (every rank writes it: a node without rank 0 has a launcher of its own)
             write_attempt_exit(ExitRecord(ExitCode.BUSY, message, self.rank))
+            if lock is not None:
+                lock.release()
+            from training.distributed import shutdown
+
+            shutdown()
             return ExitCode.BUSY
         self.started = time.time()
         flag = PreemptionFlag()
@@ -153,11 +161,32 @@ class Trainer:
             if lock is not None:
                 lock.release()
 
-    def _refuse(self, message: str) -> ExitCode:
+    def _lock_taken(self, lock: Optional[RunLock]) -> bool:
+        """Rank 0 takes the run lock; on several ranks every rank learns whether it did, so
+        that all of them leave at once when it did not (before: rank 0 exited 4 and the others
+        waited for it in the process group's rendezvous until torchrun killed them, 30 s after
+        its SIGTERM, which they could not act on there)."""
+        taken = lock.acquire() if lock is not None else True
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from training.distributed import all_agree
+
+            device = "cuda" if device_of(self.cfg) == "cuda" and torch.cuda.is_available() else "cpu"
+            taken = all_agree(device, taken)
+        return taken
+
+    def _refuse(self, message: str, *, owns_run_dir: bool = True) -> ExitCode:
         """Exit 2 naming why; ``exit.json`` says so too (there is no summary to): under torchrun
-        or srun the launcher's own code is not this one (docs/launch.md, "Runs under torchrun")."""
+        or srun the launcher's own code is not this one (docs/launch.md, "Runs under torchrun").
+        ``owns_run_dir`` False (refused before the run lock was taken): the run directory may
+        be a live owner's, whose launcher reads ``exit.json`` as its own attempt's, so the
+        record goes to this attempt's own file; to ``exit.json`` only where no launcher named
+        one and no process on this host holds the lock."""
         print(f"error: {message}", file=sys.stderr)
-        write_exit_record(self.run_dir, ExitRecord(ExitCode.USAGE, message, self.rank))
+        record = ExitRecord(ExitCode.USAGE, message, self.rank)
+        if owns_run_dir:
+            write_exit_record(self.run_dir, record)
+        elif not write_attempt_exit(record) and not run_locked(self.run_dir):
+            write_exit_record(self.run_dir, record)
         return ExitCode.USAGE
 
     def _changes_from_finished(self) -> list[str]:

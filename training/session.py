@@ -161,11 +161,17 @@ def check_layernorm_recompute(cfg: RunConfig, device: str) -> None:
         )
 
 
+def device_of(cfg: RunConfig) -> str:
+    """The device ``parallel.device`` names (auto: cuda where there is one)."""
+    par = cfg.parallel
+    return par.device if par.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def select_device(cfg: RunConfig) -> tuple[str, bool]:
     """(device, bf16) from ``parallel.device`` and ``training.precision`` (checked against the
     device by :func:`runconfig.validate.validate`); CPU thread settings."""
     par = cfg.parallel
-    device = par.device if par.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_of(cfg)
     if device == "cuda" and not torch.cuda.is_available():
         raise SetupError("parallel.device: cuda requested but no CUDA device is available")
     try:
