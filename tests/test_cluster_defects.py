@@ -323,6 +323,14 @@ wait -n "${pids[@]}"; code=$?
 if [ $code -ne 0 ]; then kill -9 "${pids[@]}" 2>/dev/null; fi
 for p in "${pids[@]}"; do wait $p; c=$?; if [ $c -gt $code ]; then code=$c; fi; done
 exit $code"""
+# srun --kill-on-bad-exit=0: every rank runs to its own end (no rank killed by the first bad exit,
+# a race with the others' own exit); each rank's code logged in $SRUN_CODES
+SRUN_WAIT_ALL = """while [[ "$1" == --* ]]; do shift; done
+pids=()
+for r in 0 1; do SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r "$@" & pids+=($!); done
+code=0
+for p in "${pids[@]}"; do wait $p; c=$?; echo $c >> "$SRUN_CODES"; if [ $c -gt $code ]; then code=$c; fi; done
+exit $code"""
 
 
 def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path, monkeypatch):
@@ -346,17 +354,18 @@ def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path,
     job = prepare_job(req)
     job.script_path.parent.mkdir(parents=True)
     job.script_path.write_text(job.script)
-    stubs = {"srun": SRUN, "squeue": "echo RUNNING", "scontrol": f'''case "$1" in show) echo 127.0.0.1;;
+    stubs = {"srun": SRUN_WAIT_ALL, "squeue": "echo RUNNING", "scontrol": f'''case "$1" in show) echo 127.0.0.1;;
              *) echo "$@" >> "{tmp_path}/scontrol.calls";; esac'''}  # fmt: skip
     env = env_with(PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31",
-                   SLURM_RESTART_COUNT="2", SLURM_JOB_NODELIST="localhost", OMP_NUM_THREADS="1")  # fmt: skip
+                   SLURM_RESTART_COUNT="2", SLURM_JOB_NODELIST="localhost", OMP_NUM_THREADS="1",
+                   SRUN_CODES=str(tmp_path / "codes"))  # fmt: skip
     with open(run_dir / ".lock", "a") as held:  # the owner: another job's trainer
         fcntl.flock(held, fcntl.LOCK_EX)
         done = subprocess.run(["bash", str(job.script_path)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 4, done.stderr[-3000:]
     assert f'--exit-file "$DEPTHMUP_ATTEMPT_EXIT" --exit-file {run_dir}/exit.json' in job.script
     own = run_dir / "launch" / "exit-31-2.json"
-    assert "srun exited" not in done.stderr  # both ranks exited 4 (rank 0 told rank 1): none killed
+    assert (tmp_path / "codes").read_text().split() == ["4", "4"]  # rank 0 told rank 1: both left with 4
     record = json.loads(own.read_text())
     assert (record["exit_code"], record["status"]) == (4, "busy") and record["rank"] in (0, 1)
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "launch"]  # nothing in the owner's directory
