@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,8 @@ GONE = "Invalid job id specified"  # squeue's stderr for a single job id it no l
 ACTIVE_STATES = frozenset(
     {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING", "STAGE_OUT"}
 )
+
+UNREAD_TASKS = 1 << 30  # an array task field squeue printed in a form not read here: "many"
 
 
 def slurm_job() -> Optional[str]:
@@ -81,6 +84,56 @@ def jobs_of_scripts(scripts: Collection[Path], timeout: float = 120) -> dict[Pat
         if command in wanted and job_id.isdigit():
             found.setdefault(wanted[command], job_id)
     return found
+
+
+@dataclass(frozen=True)
+class ArrayJob:
+    """What squeue lists of one array job: its tasks still queued or running, and its ``%``
+    throttle where squeue shows one (on the record of two or more pending tasks: ``2-9%4``)."""
+
+    tasks: int
+    throttle: Optional[int]
+
+    def at_once(self) -> int:
+        """How many of its tasks may run at the same time from now on: no more than it has left,
+        nor than its throttle. Never fewer than may run: with one task pending squeue shows no
+        throttle (``12_5``, not ``5%2``), and that task counts as if it could start (the one
+        submitted with may since have been changed by ``scontrol update ArrayTaskThrottle``)."""
+        return min(self.tasks, self.throttle) if self.throttle else self.tasks
+
+
+def array_jobs(job_ids: Collection[str], timeout: float = 120) -> dict[str, ArrayJob]:
+    """``array job id -> ArrayJob`` of the (array) jobs among ``job_ids`` that squeue still lists
+    (one squeue call: ``%F %K``, each running task on its own line, the pending ones on one line
+    as ``3-9%4``). Raises :class:`QueueError` when squeue cannot answer."""
+    tasks: dict[str, int] = {}
+    throttles: dict[str, int] = {}
+    for row in rows(job_ids, "%F %K", timeout):
+        job = row[0]
+        count, throttle = _task_range(row[1] if len(row) > 1 else "")
+        tasks[job] = tasks.get(job, 0) + count
+        if throttle:
+            throttles[job] = throttle
+    return {job: ArrayJob(n, throttles.get(job)) for job, n in tasks.items()}
+
+
+def _task_range(text: str) -> tuple[int, Optional[int]]:
+    """``(tasks, throttle)`` of squeue's array task field: ``7`` -> (1, None), ``2-4,9%2`` -> (4, 2),
+    ``0-10:5`` -> (3, None); ``N/A`` (not an array) or no field: one task; a field it cannot read:
+    :data:`UNREAD_TASKS` (as many as the throttle lets run: never fewer than may run)."""
+    if text in ("", "N/A"):
+        return 1, None
+    ids, _, limit = text.partition("%")
+    throttle = int(limit) if limit.isdigit() and int(limit) > 0 else None
+    count = 0
+    for part in ids.split(","):
+        span, _, step = part.partition(":")
+        first, _, last = span.partition("-")
+        try:
+            count += (int(last or first) - int(first)) // int(step or 1) + 1
+        except (ValueError, ZeroDivisionError):
+            return UNREAD_TASKS, throttle
+    return max(count, 1), throttle
 
 
 def listed_array_jobs(job_ids: Collection[str]) -> set[str]:

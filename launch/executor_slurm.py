@@ -5,7 +5,8 @@ Each submission gets its own folder ``SWEEP_DIR/slurm/<UTC time>/`` holding ``ru
 ``python -m launch run SWEEP_DIR --only ID``, i.e. the local executor with one slot, so
 attempts, retries and the trainer's lock work exactly as in a local sweep. The files of a
 submission never change afterwards, so resubmitting while an older array is queued cannot
-remap its tasks.
+remap its tasks. ``--max-parallel`` holds across the sweep's arrays: a new one gets what the
+sweep's queued arrays leave of it as its ``%`` throttle, or waits for them (:func:`_submit_chunks`).
 """
 
 from __future__ import annotations
@@ -120,12 +121,22 @@ def live_arrays(sweep_dir: Path, submissions: Optional[dict[str, Path]] = None) 
 
     Raises :class:`jobscripts.squeue.QueueError` when squeue cannot answer: reading that as
     "nothing queued" would submit the runs of a live array again."""
+    return _live(sweep_dir, submissions)[0]
+
+
+def _live(sweep_dir: Path, submissions: Optional[dict[str, Path]] = None) -> tuple[dict[str, str], dict[str, int]]:
+    """:func:`live_arrays`' answer, and ``job id -> how many of its tasks may still run at once``
+    (its tasks squeue lists, queued or running, no more than its ``%`` throttle): what this
+    sweep's queued arrays take of ``--max-parallel``. One squeue call."""
     if submissions is None:
         submissions = submission_folders(sweep_dir)
-    out: dict[str, str] = {}
-    for job_id in sorted(squeue.listed_array_jobs(submissions), key=int):
-        out.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))
-    return out
+    runs: dict[str, str] = {}
+    at_once: dict[str, int] = {}
+    listed = squeue.array_jobs(submissions)
+    for job_id in sorted((j for j in listed if j in submissions), key=int):
+        runs.update(dict.fromkeys((submissions[job_id] / LIST_FILE).read_text().split(), job_id))
+        at_once[job_id] = listed[job_id].at_once()
+    return runs, at_once
 
 
 def submission_folders(sweep_dir: Path) -> dict[str, Path]:
@@ -181,12 +192,12 @@ def submit_array(
     try:
         if needed and not dry_run:
             adopt_unconfirmed(sweep_dir)
-        live = live_arrays(sweep_dir) if needed else {}
+        live, at_once = _live(sweep_dir) if needed else ({}, {})
     except squeue.QueueError as exc:
         if not dry_run:
             print(f"[launch] {_queue_unknown(exc)}", file=sys.stderr)
             return ExitCode.FAILED
-        live = {}  # a dry run may be made where SLURM is not
+        live, at_once = {}, {}  # a dry run may be made where SLURM is not
         print(f"[launch] dry run: {exc}: runs of queued arrays are listed too", file=sys.stderr)
     pending = [rid for rid in needed if rid not in live]
     held = sorted({live[rid] for rid in needed if rid in live}, key=int)
@@ -209,7 +220,7 @@ def submit_array(
               f"{', '.join(held)} (squeue)", file=sys.stderr)  # fmt: skip
     if note := cpu_request_note(SlurmOptions(**plan.slurm), plan.executor.gpus_per_run):
         print(f"[launch] warning: {note}", file=sys.stderr)
-    return _submit_chunks(plan, sweep_dir, pending, max_parallel, cwd, dry_run, None)
+    return _submit_chunks(plan, sweep_dir, pending, max_parallel, cwd, dry_run, at_once)
 
 
 def _submit_chunks(
@@ -219,10 +230,16 @@ def _submit_chunks(
     max_parallel: int,
     cwd: Path,
     dry_run: bool,
-    after: Optional[str],
+    at_once: dict[str, int],
 ) -> ExitCode:
     """Submit ``pending`` as arrays of at most MaxArraySize (or ``slurm.max_array_tasks``) tasks,
     each after the one before it ends (afterany), so no more than max_parallel tasks run at a time.
+
+    ``at_once``: this sweep's arrays still queued or running, and how many tasks each may still run
+    at once. The first new array gets what they leave of ``max_parallel`` as its ``%`` throttle;
+    where they leave nothing it waits for them all to end (afterany) and gets ``max_parallel``.
+    Arrays after the first wait for the one before them, and for those arrays where the first
+    did not.
 
     An array refused by a submit limit (MaxSubmitJobs: every array task counts) is tried again
     at half its size, down to one task, so what fits under the limit is queued; the command
@@ -238,17 +255,23 @@ def _submit_chunks(
               f"more than {which}: submitting {planned} arrays, each after the one before it ends",
               file=sys.stderr)  # fmt: skip
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    queued = sorted(at_once, key=int)
+    room = max_parallel - sum(at_once.values())
+    throttle, after = (room, []) if room > 0 else (max_parallel, queued)
+    if queued:
+        print(f"[launch] sweep {plan.name}: {_share(at_once, max_parallel, room)}", file=sys.stderr)
     done, jobs, limit = 0, [], None
     while done < len(pending):
         chunk = pending[done : done + size * per]
         total = len(jobs) + -(-(len(pending) - done) // (size * per))
         folder = sweep_dir / SUBMISSIONS_DIR / (stamp if total == 1 else f"{stamp}-{len(jobs) + 1}of{total}")
         if dry_run:
-            _show_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, after)
-            done, after = done + len(chunk), f"<array {folder.name}>"
+            _show_one(plan, sweep_dir, folder, chunk, throttle, cwd, after)
+            done, throttle = done + len(chunk), max_parallel
+            after = [f"<array {folder.name}>", *(queued if room > 0 else [])]
             continue
         try:
-            after = _submit_one(plan, sweep_dir, folder, chunk, max_parallel, cwd, after)
+            job = _submit_one(plan, sweep_dir, folder, chunk, (throttle, max_parallel), cwd, after)
         except sbatch.SubmitError as exc:
             if not exc.unknown:  # nothing of it is queued: its files would only mislead
                 shutil.rmtree(folder, ignore_errors=True)
@@ -261,9 +284,20 @@ def _submit_chunks(
                 continue
             print(f"[launch] {exc}{_hint(exc)}", file=sys.stderr)
             return _stopped(plan, sweep_dir, jobs, done, len(pending), exc)
-        jobs.append(after)
-        done += len(chunk)
+        jobs.append(job)
+        done, throttle = done + len(chunk), max_parallel
+        after = [job, *(queued if room > 0 else [])]
     return ExitCode.OK
+
+
+def _share(at_once: dict[str, int], max_parallel: int, room: int) -> str:
+    """What the sweep's queued arrays take of ``--max-parallel`` and what the new array does about it."""
+    busy = sum(at_once.values())
+    held = f"its array job(s) {', '.join(sorted(at_once, key=int))} still queued or running may run {busy} " \
+           f"task(s) at once, of --max-parallel {max_parallel}"  # fmt: skip
+    if room > 0:
+        return f"{held}: the new array runs at most {room} at a time (%{room})"
+    return f"{held}: the new array waits for them to end (--dependency=afterany), then runs {max_parallel} at a time"
 
 
 def _hint(exc: sbatch.SubmitError) -> str:
@@ -303,10 +337,10 @@ def _prepare(
 
 
 def _show_one(
-    plan: SweepPlan, sweep_dir: Path, folder: Path, runs: list[str], max_parallel: int, cwd: Path, after: Optional[str]
+    plan: SweepPlan, sweep_dir: Path, folder: Path, runs: list[str], throttle: int, cwd: Path, after: list[str]
 ) -> None:
-    script, listing = _prepare(plan, sweep_dir, folder, runs, max_parallel, cwd)
-    dependency = f" --dependency=afterany:{after}" if after else ""
+    script, listing = _prepare(plan, sweep_dir, folder, runs, throttle, cwd)
+    dependency = f" --dependency=afterany:{':'.join(after)}" if after else ""
     sys.stdout.write(script)
     print(f"[launch] dry run: would write {folder / SCRIPT_FILE} and {folder / LIST_FILE}{dependency}:\n{listing}",
           file=sys.stderr, end="")  # fmt: skip
@@ -317,26 +351,29 @@ def _submit_one(
     sweep_dir: Path,
     folder: Path,
     runs: list[str],
-    max_parallel: int,
+    limits: tuple[int, int],
     cwd: Path,
-    after: Optional[str],
+    after: list[str],
 ) -> str:
-    """Write ``folder``'s runs.txt and array.sbatch for ``runs`` and submit it (after job ``after``
-    ends, when given); the array's job id. Raises :class:`jobscripts.sbatch.SubmitError`."""
-    script, listing = _prepare(plan, sweep_dir, folder, runs, max_parallel, cwd)
+    """Write ``folder``'s runs.txt and array.sbatch for ``runs`` and submit it (after the jobs
+    ``after`` end, when given); the array's job id. ``limits``: the array's ``%`` throttle and the
+    sweep's ``--max-parallel``. Raises :class:`jobscripts.sbatch.SubmitError`."""
+    throttle, max_parallel = limits
+    script, listing = _prepare(plan, sweep_dir, folder, runs, throttle, cwd)
     script_file = folder / SCRIPT_FILE
     atomic_write_text(folder / LIST_FILE, listing)
     atomic_write_text(script_file, script)
     output = str(folder).replace("%", "%%") + "/%A_%a.out"
-    job_id = sbatch.submit(script_file, output, [f"--dependency=afterany:{after}"] if after else [])
-    record = {"job_id": job_id, "runs": len(runs), "max_parallel": max_parallel, "submitted_at": _now()}
+    job_id = sbatch.submit(script_file, output, [f"--dependency=afterany:{':'.join(after)}"] if after else [])
+    record = {"job_id": job_id, "runs": len(runs), "throttle": throttle, "max_parallel": max_parallel}
+    record["submitted_at"] = _now()
     if after:
-        record["after"] = after
+        record["after"] = ":".join(after)
     atomic_write_text(folder / JOB_FILE, json.dumps(record, indent=1) + "\n")
     per = plan.executor.runs_per_gpu
     packing = f", {per} runs per task" if per > 1 else ""
-    waits = f", after job {after} ends" if after else ""
-    print(f"submitted array job {job_id}: {len(runs)} runs{packing}, at most {max_parallel} tasks at a time{waits} "
+    waits = f", after job {', '.join(after)} end{'s' if len(after) == 1 else ''}" if after else ""
+    print(f"submitted array job {job_id}: {len(runs)} runs{packing}, at most {throttle} tasks at a time{waits} "
           f"({folder})")  # fmt: skip
     return job_id
 

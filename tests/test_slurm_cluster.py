@@ -255,6 +255,39 @@ def test_rerun_while_the_array_runs_submits_nothing(slurm: Cluster, tmp_path, mo
     assert {r["status"] for r in read_csv(sweep_dir / "results.csv")} == {"completed"}
 
 
+def test_a_rerun_beside_a_running_array_keeps_to_max_parallel(slurm: Cluster, tmp_path, monkeypatch, capsys):
+    """``max_parallel: 1``: the sweep grows by a run while its first array trains. Before, the rerun's
+    array got its own ``%1`` and ran beside the first (2 of the sweep's tasks RUNNING on this
+    2-CPU node); now it waits for the first array (afterany) and squeue never shows 2 running."""
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.1")
+
+    def spec(lrs: list[float]) -> Path:
+        return derived_spec(
+            tmp_path,
+            grid={"model.num_layers": [2], "optimizer.lr": lrs},
+            overrides={"training.steps": 20, "parametrization.base_num_layers": 2},
+            executor={"kind": "slurm", "max_parallel": 1, "max_retries": 0, "gpus_per_run": 0},
+            train_cmd=FAKE_TRAIN_CMD,
+        )
+
+    sweep_dir = tmp_path / "sw"
+    assert main(["sweep", str(spec([0.001, 0.002])), "--sweep-dir", str(sweep_dir)]) == 0
+    ((first, first_ids),) = _arrays(sweep_dir)
+    _wait(lambda: "RUNNING" in slurm.queued([first]).values(), 60, f"array {first} to start")
+    assert main(["sweep", str(spec([0.001, 0.002, 0.003])), "--sweep-dir", str(sweep_dir)]) == 0
+    (_, ids), (second, second_ids) = _arrays(sweep_dir)
+    assert ids == first_ids and len(second_ids) == 1 and second_ids[0] not in first_ids
+    assert f"afterany:{first}" in slurm.job(second).get("Dependency", "")
+    most = 0
+    while states := slurm.queued([first, second]):
+        most = max(most, sum(state == "RUNNING" for state in states.values()))
+        time.sleep(0.2)
+    assert most == 1
+    for rid in first_ids + second_ids:
+        assert len(starts(sweep_dir / "runs" / rid)) == 1
+    assert {r["status"] for r in read_csv(sweep_dir / "results.csv")} == {"completed"}
+
+
 # ----------------------------------------------------------------------------- launch job
 
 

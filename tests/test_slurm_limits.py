@@ -13,7 +13,6 @@ tests/test_slurm_cluster.py checks ``slurm.max_array_tasks`` against the real SL
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 from jobscripts import slurm_cli, squeue
 from launch.__main__ import main
 from launch.sweep_dir import read_plan
-from tests.launch_fixtures.helpers import derived_spec, stub_bin, use_fake_trainer
+from tests.launch_fixtures.helpers import derived_spec, stub_slurm
 
 TIMEOUT = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
 LIMIT = "sbatch: error: QOSMaxSubmitJobPerUserLimit"
@@ -62,15 +61,11 @@ case " $* " in *" -u "*) cat "$d/mine" 2>/dev/null;; *) cat "$d/live" 2>/dev/nul
 @pytest.fixture
 def cluster(tmp_path, monkeypatch) -> Path:
     """Stub sbatch/squeue/scontrol (MaxArraySize 4) and the fake trainer; their state folder."""
-    state = tmp_path / "stub_state"
-    state.mkdir()
     stubs = {"sbatch": SBATCH, "squeue": SQUEUE, "scontrol": 'echo "MaxArraySize            = 4"'}
-    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
-    monkeypatch.setenv("STUB_DIR", str(state))
+    state = stub_slurm(tmp_path, monkeypatch, stubs)
     for var in ("LIMIT", "FAIL_TIMES", "QUEUED_ANYWAY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(slurm_cli, "RETRY_DELAYS_S", (0.0, 0.0, 0.0))
-    use_fake_trainer(monkeypatch)
     return state
 
 

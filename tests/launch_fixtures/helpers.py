@@ -73,6 +73,17 @@ def stub_bin(tmp_path: Path, stubs: dict[str, str]) -> Path:
     return folder
 
 
+def stub_slurm(tmp_path: Path, monkeypatch, stubs: dict[str, str]) -> Path:
+    """SLURM's clients replaced by ``stubs`` (first on PATH), which keep their state in the folder
+    ``$STUB_DIR``; the fake trainer trains. That folder."""
+    state = tmp_path / "stub_state"
+    state.mkdir()
+    monkeypatch.setenv("PATH", f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_DIR", str(state))
+    use_fake_trainer(monkeypatch)
+    return state
+
+
 def dumping(name: str) -> str:
     """Stub body: record argv and the rank environment under $DUMP_DIR."""
     return f'exec {shlex.quote(sys.executable)} {shlex.quote(str(DUMP_ARGV))} {name} "$@"'
