@@ -105,6 +105,10 @@ def test_a_run_has_the_hand_computed_rows_and_exports_its_validation_loss(run, t
 
     cfg = read_run_config(run)
     assert cfg.model.make_vocab_size_divisible_by == MULTIPLE
+    said = (
+        "vocabulary 500 padded to 504 rows (4 padding rows: a multiple of model.make_vocab_size_divisible_by=8 x tp=1)"
+    )
+    assert said in (run / "train.log").read_text()
     ckpt = find_checkpoint(run, None)
     with single_process():
         model = load_model_weights(cfg, ckpt)

@@ -323,6 +323,15 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         cfg.training.micro_batch_size,
         plan.dp_size,
     )
+    if padded_vocab > vocab_size:  # Megatron-LM prints this too ("padded vocab ... dummy tokens")
+        log.info(
+            "vocabulary %d padded to %d rows (%d padding rows: a multiple of model.make_vocab_size_divisible_by=%d x tp=%d)",
+            vocab_size,
+            padded_vocab,
+            padded_vocab - vocab_size,
+            cfg.model.make_vocab_size_divisible_by,
+            par.tensor_model_parallel_size,
+        )
     if par.pipeline_model_parallel_size > 1:
         log.info("%s", pipeline_note(par.pipeline_model_parallel_size, plan.num_microbatches))
     return Session(
