@@ -99,7 +99,7 @@ def init_model(cfg: RunConfig, seed: int) -> torch.nn.Module:
     from training.model import build_model, padded_vocab_size
 
     torch.manual_seed(seed)
-    return build_model(cfg, padded_vocab_size(token_range(cfg), 1)).eval()
+    return build_model(cfg, padded_vocab_size(token_range(cfg), 1, cfg.model.make_vocab_size_divisible_by)).eval()
 
 
 def checkpoint_model(cfg: RunConfig, ckpt: Checkpoint) -> torch.nn.Module:

@@ -50,6 +50,9 @@ class ModelConfig:
     ffn_hidden_size: Optional[int] = None  # None -> 4 * hidden_size
     seq_length: int = 128
     vocab_size: Optional[int] = None  # None -> from the tokenizer (required with mock data)
+    # the embedding and output layer have ceil(vocab / (this x TP)) x this x TP rows, Megatron-LM's
+    # --make-vocab-size-divisible-by (the padding rows take part in the softmax)
+    make_vocab_size_divisible_by: int = 128
     position_embedding_type: PositionEmbedding = "learned_absolute"
     normalization: Normalization = "LayerNorm"
     activation: Activation = "gelu"
@@ -108,6 +111,7 @@ class ModelConfig:
         _choice("model.compile_backend", self.compile_backend, CompileBackend)
         _at_least("model.init_method_std", self.init_method_std, 1e-12)
         _at_least("model.vocab_size", self.vocab_size, 1, optional=True)
+        _at_least("model.make_vocab_size_divisible_by", self.make_vocab_size_divisible_by, 1)
         for key in ("hidden_dropout", "attention_dropout"):
             check_below(f"model.{key}", getattr(self, key), 0.0, 1.0)
 
@@ -352,6 +356,23 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
         "width": width,
         "emergent_scale": scale,
     }
+
+
+# Keys added after runs began recording their config, each with the value a run whose record
+# lacks it ran with: a checkpoint written before the key existed resumes (and is continued from)
+# as it ran, not refused as if the key had changed.
+KEYS_ADDED: dict[str, Any] = {"model.make_vocab_size_divisible_by": 128}
+
+
+def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config (``config.yaml``, a checkpoint's ``common.json``) with each key of
+    :data:`KEYS_ADDED` it lacks set to the value its run had."""
+    out = dict(config)
+    for key, value in KEYS_ADDED.items():
+        section, name = key.split(".")
+        if isinstance(out.get(section), dict) and name not in out[section]:
+            out[section] = {**out[section], name: value}
+    return out
 
 
 def model_shape(cfg: RunConfig) -> ModelShape:

@@ -37,6 +37,7 @@ def _exit_2(capsys, call) -> str:
         (["--num-layers"], "model.num_layers=VALUE"),
         (["--lr", "1e-3", "--hidden-size"], "optimizer.lr=1e-3, model.hidden_size=VALUE"),
         (["--seed", "3"], "data.seed=3 or run.seed=3"),
+        (["--make-vocab-size-divisible-by", "8"], "model.make_vocab_size_divisible_by=8"),
         # Megatron-LM flags whose key has another name (runconfig/megatron_args.py)
         (["--train-iters", "10"], "training.steps=10 (Megatron-LM's --train-iters)"),
         (["--bf16"], "training.precision=bf16 (Megatron-LM's --bf16)"),
@@ -147,7 +148,7 @@ def test_the_megatron_lm_table_names_real_keys_and_matches_the_docs():
     # the flags the docs say map to the key of the same last part do, to one key each
     listed = doc.split("A flag whose name is a\nkey's last part maps to that key:")[1].split("`--seed`")[0]
     flags = re.findall(r"`--([a-z0-9-]+)`", listed)
-    assert len(flags) == 32, flags
+    assert len(flags) == 33, flags
     for flag in flags:
         assert sum(k == flag.replace("-", "_") for k in last_parts) == 1, flag
         assert len([k for k in keys if k.rsplit(".", 1)[-1] == flag.replace("-", "_")]) == 1, flag

@@ -479,3 +479,51 @@ def test_a_diverged_run_is_exported_only_at_a_step_asked_for(tmp_path, capsys):
         f"error: {empty / 'summary.json'}: the run diverged (loss 10.71 above bound 9.238 at step 11) "
         "before its first checkpoint: nothing to export\n"
     )
+
+
+def test_a_normalizing_sentencepiece_model_is_refused_before_model_work_naming_weights_only(tmp_path, capsys):
+    """A SentencePiece model that normalizes (nmt_nfkc, as many Megatron-LM users' models do) has
+    no exact fast-tokenizer export: the export refused it only after building and saving the
+    model, with no way out named; now it exits 2 before loading the checkpoint (an empty weights
+    file here), naming the file, the normalization and --weights-only. lm-eval, which needs the
+    tokenizer, names no --weights-only."""
+    import io
+
+    import sentencepiece as spm
+
+    from eval.__main__ import main as eval_main
+    from tests.data_prep_fixtures import english_doc
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([english_doc(i) for i in range(40)]),
+        model_writer=model,
+        vocab_size=400,
+        model_type="bpe",
+        normalization_rule_name="nmt_nfkc",
+        byte_fallback=True,
+        num_threads=1,
+    )
+    path = tmp_path / "nfkc.model"
+    path.write_bytes(model.getvalue())
+    run = config_only_run(
+        tmp_path, "data.mock=false", f"data.tokenizer={path}", "data.train_prefixes=[none]", "model.vocab_size=null"
+    )
+    (run / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_00000002" / "common.json").write_text(json.dumps({"step": 2}))
+    (run / "checkpoints" / "step_00000002" / "model_tp0_pp0.pt").write_bytes(b"")  # no weights in it
+    (run / "checkpoints" / "latest").write_text("step_00000002\n")
+    assert main([str(run), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {path}: normalization 'nmt_nfkc' (remove_extra_whitespaces=True) has no exact fast-tokenizer "
+        "equivalent; data_prep trains with identity normalization; --weights-only exports the weights without a "
+        "tokenizer\n"
+    )
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "hf.partial").exists()
+    assert main([str(run), "--out", str(tmp_path / "hf"), "--weights-only"]) == 2  # past the tokenizer: the load
+    assert capsys.readouterr().err.startswith(f"error: cannot read {run / 'checkpoints' / 'step_00000002'}")
+    assert eval_main(["lm-eval", str(run), "--tasks", "pydoc_continuation"]) == 2
+    err = capsys.readouterr().err
+    assert "normalization 'nmt_nfkc'" in err and "lm-eval scores text through the run's tokenizer" in err
+    assert "--weights-only" not in err

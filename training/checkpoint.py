@@ -432,6 +432,7 @@ INIT_WEIGHTS_MODEL_KEYS: dict[str, tuple[str, str]] = {
         "seq_length rows, which the tensor check compares",
     ),
     "vocab_size": ("shape", "the embedding's (padded) rows: the tensor check compares the padding too"),
+    "make_vocab_size_divisible_by": ("shape", "the embedding's padded rows, which the tensor check compares"),
     "position_embedding_type": (
         "same",
         "rope rotates q and k by position where learned_absolute adds a learned table to the embedding",
@@ -576,9 +577,10 @@ def _rank_state(cfg: Any, model: torch.nn.Module, shards: list[dict[str, Any]]) 
             if glob in _VOCAB_ROWS and full.shape[0] != value.shape[0] * size:
                 problems.append(
                     f"the source's vocabulary is padded to {full.shape[0]} rows, this run's to {value.shape[0] * size} "
-                    f"(megatron pads it to a multiple of 128 x the tensor-parallel size, here {size}, and the padding "
-                    "rows take part in the softmax): give this run a tensor-parallel size that pads the vocabulary "
-                    "as the source's did"
+                    "(megatron pads it to a multiple of model.make_vocab_size_divisible_by "
+                    f"({cfg.model.make_vocab_size_divisible_by}) x the tensor-parallel size, here {size}, and the "
+                    "padding rows take part in the softmax): give this run a model.make_vocab_size_divisible_by and "
+                    "tensor-parallel size that pad the vocabulary as the source's did"
                 )
                 continue
             state[name] = _split_shard(glob, full, param, gated, rank, size)

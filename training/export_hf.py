@@ -16,8 +16,9 @@ never emits an id the tokenizer cannot decode.
 
 The run's tokenizer goes with the model (``model_max_length`` = the model's positions,
 ``model.seq_length``); a run whose tokenizer cannot be exported to match the model (mock
-data, a missing or changed tokenizer file, another vocabulary size) is refused unless
-``--weights-only`` asks for the weights alone.
+data, a missing or changed tokenizer file, another vocabulary size, a SentencePiece model that
+normalizes text such as ``nmt_nfkc``) is refused, before any model work, unless ``--weights-only``
+asks for the weights alone.
 
 The folder is built under ``DIR.partial`` and renamed when complete, so ``DIR`` is either
 absent, the previous export, or this one. Exit codes: 0 exported and parity met; 1 parity
@@ -46,7 +47,7 @@ from rundir.contract import SUMMARY_FILE, ExitCode, Status
 from rundir.files import RunDirError, checkpoint_steps, read_summary
 from training.checkpoint import find_checkpoint, load_model_weights, one_process_config, read_run_config
 from training.hf_layout import ExportError, choose_layout, folds, hf_config, hf_state_dict
-from training.hf_tokenizer import TokenizerExportError, encoding_parity, export_tokenizer
+from training.hf_tokenizer import TokenizerExportError, check_exportable, encoding_parity, export_tokenizer
 
 EXPORT_FILE = "export.json"
 EXPORT_FORMAT_VERSION = 2  # 2: BOS is EOD, a SentencePiece export reads "</s>" in text as characters
@@ -100,7 +101,8 @@ def _run_data(cfg: RunConfig) -> tuple[Optional[str], Optional[str], list[str], 
 def matching_tokenizer(run_dir: Path, path: Optional[str], sha256: Optional[str], vocab: int):
     """The run's tokenizer, refused (:class:`NoTokenizerError`, naming the cause) when it cannot be
     the model's: no tokenizer (mock data), a missing file, a file changed since the data was
-    made (sha256), or another vocabulary size."""
+    made (sha256), another vocabulary size, or one with no exact Hugging Face export (a
+    normalizing SentencePiece model: :func:`training.hf_tokenizer.check_exportable`)."""
     if path is None:
         raise NoTokenizerError(f"{run_dir}: trained on mock data (data.mock=true): there is no tokenizer to export")
     if not Path(path).exists():
@@ -113,6 +115,10 @@ def matching_tokenizer(run_dir: Path, path: Optional[str], sha256: Optional[str]
         )
     if tok.vocab_size != vocab:
         raise NoTokenizerError(f"{path}: {tok.vocab_size} tokens, but the run's vocabulary has {vocab}")
+    try:
+        check_exportable(path)
+    except TokenizerExportError as exc:
+        raise NoTokenizerError(str(exc)) from exc
     return tok
 
 

@@ -7,8 +7,8 @@ meta device, split the way megatron-core splits a GPT:
   read by ``patches.table.tp_partition_dim``): the column-parallel matrices and their biases
   (``linear_qkv``, ``linear_fc1``, linear1's ``linear_fc``), the row-parallel matrices
   (``linear_proj``, ``linear_fc2``; their biases stay whole), the word embedding and the output
-  layer (the vocabulary is padded to a multiple of 128 x TP first); norms and learned position
-  embeddings are whole on every rank;
+  layer (the vocabulary is padded to a multiple of ``model.make_vocab_size_divisible_by`` x TP
+  first); norms and learned position embeddings are whole on every rank;
 * pipeline stage k of P holds layers [k L/P, (k+1) L/P), the first also the embeddings, the
   last the final norm and the output layer, or with tied embeddings and P > 1 its copy of the
   word embedding (megatron keeps one per end of the pipeline).
@@ -394,7 +394,9 @@ def meta_model(cfg: RunConfig) -> tuple[Any, torch.nn.Module]:
     from training.model import Placement, build_model, padded_vocab_size, resolve
 
     resolved = resolve(cfg)
-    vocab = padded_vocab_size(vocab_size_of(cfg), cfg.parallel.tensor_model_parallel_size)
+    vocab = padded_vocab_size(
+        vocab_size_of(cfg), cfg.parallel.tensor_model_parallel_size, cfg.model.make_vocab_size_divisible_by
+    )
     with single_process(), torch.device("meta"):
         return resolved, build_model(one_process_config(cfg), vocab, Placement(initialize=True), resolved=resolved)
 

@@ -27,10 +27,9 @@ class TokenizerExportError(ValueError):
     """The tokenizer cannot be exported exactly; names the file."""
 
 
-def _from_sentencepiece(path: Path) -> Any:
+def _sentencepiece_proto(path: Path) -> Any:
+    """The model's proto, refused (:class:`TokenizerExportError`) where it has no exact export."""
     from sentencepiece import sentencepiece_model_pb2
-    from tokenizers import Tokenizer, decoders, models, normalizers
-    from transformers.convert_slow_tokenizer import SentencePieceExtractor
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(path.read_bytes())
@@ -42,6 +41,23 @@ def _from_sentencepiece(path: Path) -> Any:
             f"{path}: normalization {spec.name!r} (remove_extra_whitespaces={spec.remove_extra_whitespaces}) has "
             "no exact fast-tokenizer equivalent; data_prep trains with identity normalization"
         )
+    return proto
+
+
+def check_exportable(path: str | Path) -> None:
+    """Refuse (:class:`TokenizerExportError`, naming the file) a tokenizer :func:`export_tokenizer`
+    cannot export exactly, before any model work: a SentencePiece model that is not BPE or
+    normalizes text (``nmt_nfkc``, extra-whitespace removal)."""
+    if tokenizer_type(Path(path)) == "sentencepiece":
+        _sentencepiece_proto(Path(path))
+
+
+def _from_sentencepiece(path: Path) -> Any:
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    proto = _sentencepiece_proto(path)
+    spec = proto.normalizer_spec
     extracted = SentencePieceExtractor(str(path)).extract(models.BPE)
     unk = proto.pieces[proto.trainer_spec.unk_id].piece
     tok = Tokenizer(

@@ -10,7 +10,6 @@ benchmarks).
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -176,7 +175,9 @@ def _rope_on_cpu(model: GPTModel) -> None:
     rope.get_emb = get_emb
 
 
-def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
-    """Megatron-LM's rule: pad the vocab to a multiple of 128 * TP for efficient GEMMs."""
+def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int) -> int:
+    """Megatron-LM's rule (``_vocab_size_with_padding``): the vocabulary padded up to a multiple
+    of ``divisible_by`` (``model.make_vocab_size_divisible_by``, its
+    ``--make-vocab-size-divisible-by``) x the tensor-parallel size ``tp``."""
     multiple = divisible_by * tp
-    return int(math.ceil(vocab_size / multiple) * multiple)
+    return -(-vocab_size // multiple) * multiple

@@ -196,6 +196,7 @@ class Trainer:
         import yaml
 
         from runconfig import to_dict
+        from runconfig.schema import as_recorded
         from training.data import DATA_LOCATION_KEYS
         from training.session import RESUMABLE_CHANGES, config_differences
 
@@ -205,7 +206,7 @@ class Trainer:
             return []
         if not isinstance(old, dict):
             return []
-        return config_differences(old, to_dict(self.cfg), RESUMABLE_CHANGES + DATA_LOCATION_KEYS)
+        return config_differences(as_recorded(old), to_dict(self.cfg), RESUMABLE_CHANGES + DATA_LOCATION_KEYS)
 
     # ------------------------------------------------------------------ loop
     def _loop(self, s: Session, flag: PreemptionFlag) -> Ending:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
 from runconfig import changed_keys, describe_changes, dump_yaml, to_dict
-from runconfig.schema import RunConfig
+from runconfig.schema import RunConfig, as_recorded
 from runconfig.validate import validate, validate_layout
 
 if TYPE_CHECKING:  # the heavy modules are imported when a session is built
@@ -244,7 +244,7 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
     eval_batches = eval_micro_batches(data.valid, plan, cfg.eval.batches)
-    padded_vocab = padded_vocab_size(vocab_size, par.tensor_model_parallel_size)
+    padded_vocab = padded_vocab_size(vocab_size, par.tensor_model_parallel_size, cfg.model.make_vocab_size_divisible_by)
 
     resolved = resolve(cfg)
     placement = Placement(device=device, bf16=bf16)
@@ -323,6 +323,15 @@ def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
         cfg.training.micro_batch_size,
         plan.dp_size,
     )
+    if padded_vocab > vocab_size:  # Megatron-LM prints this too ("padded vocab ... dummy tokens")
+        log.info(
+            "vocabulary %d padded to %d rows (%d padding rows: a multiple of model.make_vocab_size_divisible_by=%d x tp=%d)",
+            vocab_size,
+            padded_vocab,
+            padded_vocab - vocab_size,
+            cfg.model.make_vocab_size_divisible_by,
+            par.tensor_model_parallel_size,
+        )
     if par.pipeline_model_parallel_size > 1:
         log.info("%s", pipeline_note(par.pipeline_model_parallel_size, plan.num_microbatches))
     return Session(
@@ -563,7 +572,7 @@ def check_continuable(
             f"training.steps: {cfg.training.steps} is not past the source's step {step}: nothing to continue "
             f"(give training.steps > {step}{earlier})"
         )
-    changed = changed_keys(common["config"], config_dict)
+    changed = changed_keys(as_recorded(common["config"]), config_dict)
     same_data = common.get("data") == data
     allowed = RESUMABLE_CHANGES + BRANCH_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
     for line in describe_changes(changed, allowed):
@@ -725,7 +734,7 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     from training.data import DATA_LOCATION_KEYS
 
     table_diffs = table_differences(common["parametrization"], table)
-    changed = changed_keys(common["config"], config_dict)
+    changed = changed_keys(as_recorded(common["config"]), config_dict)
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
     diffs = describe_changes(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))

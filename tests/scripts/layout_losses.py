@@ -68,7 +68,7 @@ def main() -> None:
 
     info = init_distributed("cpu", tp=args.tp)  # one stage first: the reference initial weights
     one_stage = config(args.tp, 1, args.tied, args.overrides)
-    vocab = padded_vocab_size(VOCAB, 2)  # the same rows in every layout (megatron pads to 128 x TP)
+    vocab = padded_vocab_size(VOCAB, 2, 128)  # the same rows in every layout (megatron pads to 128 x TP)
     torch.manual_seed(0)
     initial = {name: p.detach().clone() for name, p, _ in global_named_parameters(build_model(one_stage, vocab))}
     parallel_state.destroy_model_parallel()
