@@ -43,9 +43,10 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
     notes: list[str] = []
     found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, presets=presets,
                       notes=notes)  # fmt: skip
-    chosen = select(found, lr, presets)
+    chosen = select(found, lr, presets, notes)
     result = analyse(chosen, list(fractions), n_boot)
-    which = f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation loss"
+    which = (f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation "
+             "loss (eval transfer's best grid point at the end)")  # fmt: skip
     n_found = len({r.run_dir for r in found if not presets or r.preset in presets})
     notes.append(f"{len({r.run_dir for r in chosen})} of {n_found} runs with diagnostics analysed: per family and "
                  f"depth, every seed at {which}")  # fmt: skip

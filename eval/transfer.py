@@ -518,6 +518,29 @@ def _shared_base_hint(family: Family, fraction: float, curveset: CurveSet, depth
     )
 
 
+def depth_optimum(curve: DepthCurve, seed_model: str = "independent", window: int = 1) -> tuple[CurveMeans, Optimum]:
+    """One depth's per-LR means (seeds that diverged where others finished counted as
+    :mod:`eval.seed_model` counts them) and the optimum fitted to them: what ``eval transfer``
+    reports for a depth. Its ``best_index`` is the best grid point (ties: the lowest LR)."""
+    fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model, curve.n_diverged)
+    return fit, fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
+
+
+def best_grid_lrs(sweep: SweepResults, fraction: float = 1.0) -> dict[tuple[Family, int], float | None]:
+    """Per (family, depth): the LR of the best grid point at ``fraction`` as ``eval transfer``
+    finds it with its defaults (:func:`depth_optimum`, ``--seed-model independent``), None where
+    no LR has a usable loss. The one choice of "the runs at the best LR" (``eval dynamics``)."""
+    curveset = build_curves(sweep, [fraction])
+    best: dict[tuple[Family, int], float | None] = {}
+    for (family, _), curves in curveset.curves.items():
+        for curve in curves:
+            _, opt = depth_optimum(curve)
+            best[(family, curve.depth)] = (
+                None if opt.best_index is None else 2.0 ** float(curve.log2_lr[opt.best_index])
+            )
+    return best
+
+
 def _analyze_family_fraction(
     family: Family,
     fraction: float,
@@ -540,8 +563,7 @@ def _analyze_family_fraction(
         notes.append(Note(where_ff, base_note))
     results = []
     for curve in curves:
-        fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model, curve.n_diverged)
-        opt = fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
+        fit, opt = depth_optimum(curve, seed_model, window)
         results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt, fit=fit))
         notes.extend(_depth_notes(f"{where_ff} | L={curve.depth}", curve, opt))
     if not results:

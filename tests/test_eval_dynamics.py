@@ -466,3 +466,63 @@ def test_the_report_says_the_tables_and_runs_it_read_as_eval_transfer_counts_the
         "value"
     ] == pytest.approx(0.0)
     assert math.copysign(1.0, got["sp"]["expected"]) == 1.0 and "-0.000" not in text
+
+
+def test_the_runs_at_the_best_lr_are_the_ones_eval_transfer_finds_best(tmp_path):
+    """A hand-made results.csv that disagrees with the runs' summary.json: the summaries say LR
+    0.01 ends lower (3.0 against 3.5), the table says 0.04 does at the end (fraction 1: 3.0 against
+    3.5; at 0.5 the other way round). Planted update_ratio ~ L^-1/2 at 0.01 and L^+1/2 at 0.04.
+    eval dynamics now analyses the table's best LR, the best grid point eval transfer reports
+    (transfer.json's best_grid): exponent +0.5 over the runs at 0.04, and a run of the table without
+    summary.json is read from its row. Before, it took the summaries' best LR (exponent -0.5) and
+    refused the run without summary.json."""
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from eval.transfer import analyze
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(5)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for L in (2, 4, 8):
+        for lr, summary_loss, end_loss, k in ((0.01, 3.0, 3.5, -0.5), (0.04, 3.5, 3.0, 0.5)):
+            for seed in (0, 1):
+                run_id = f"L{L}-lr{lr}-s{seed}"
+                _family_run(tmp_path, run_id, "depth_mup", L, lr, seed, summary_loss, k, rng)
+                lines.append(f"{run_id},depth_mup,{L},{lr},{seed},1.0,2,64,completed,20,0.5,{6.5 - end_loss}")
+                lines.append(f"{run_id},depth_mup,{L},{lr},{seed},1.0,2,64,completed,40,1.0,{end_loss}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "runs" / "L4-lr0.04-s1" / "summary.json").unlink()
+
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=100, figures=False)
+    assert sorted((r["num_layers"], r["lr"], r["seed"]) for r in result["runs"]) == [
+        (L, 0.04, s) for L in (2, 4, 8) for s in (0, 1)
+    ]
+    (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
+    assert e["value"] == pytest.approx(0.5, abs=0.03) and e["runs_per_depth"] == {"2": 2, "4": 2, "8": 2}
+    transfer = analyze(read_results(tmp_path), fractions=[1.0], n_boot=0)
+    assert {d.depth: 2.0 ** d.best_grid[0] for d in transfer.results[0].depths} == pytest.approx(
+        {2: 0.04, 4: 0.04, 8: 0.04}
+    )
+
+
+def test_a_partly_diverged_lr_counts_its_diverged_seeds_as_eval_transfer_does(tmp_path):
+    """Run directories given alone (no results.csv), L = 2 and 4, LRs 0.01, 0.02, 0.04 with two
+    seeds: at 0.01 both end at 3.0, at 0.04 both at 4.0, at 0.02 seed 0 ends at 2.9 and seed 1
+    diverged. eval transfer counts the diverged seed at the depth's worst finished loss (4.0): 0.02
+    is (2.9 + 4.0) / 2 = 3.45 > 3.0, so 0.01 is the best LR (planted L^-1/2 there, L^+1/2 at 0.02).
+    Before, eval dynamics averaged the survivor alone (2.9) and analysed 0.02 (exponent +0.5)."""
+    from eval.dynamics_cmd import write_dynamics
+
+    rng = np.random.default_rng(6)
+    for L in (2, 4):
+        for lr, losses, k in ((0.01, (3.0, 3.0), -0.5), (0.02, (2.9, None), 0.5), (0.04, (4.0, 4.0), 2.0)):
+            for seed, loss in enumerate(losses):
+                run_id = f"L{L}-lr{lr}-s{seed}"
+                _family_run(tmp_path, run_id, "depth_mup", L, lr, seed, loss, k, rng)
+                if loss is None:
+                    path = tmp_path / "runs" / run_id / "summary.json"
+                    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "diverged"}))
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=50, figures=False)
+    assert sorted((r["num_layers"], r["lr"]) for r in result["runs"]) == [(2, 0.01), (2, 0.01), (4, 0.01), (4, 0.01)]
+    (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
+    assert e["value"] == pytest.approx(-0.5, abs=0.03)
