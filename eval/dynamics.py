@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
+from eval.outputs import number
 from eval.results import (
     CONFIG_KEYS,
     FAMILY_KEYS,
@@ -468,8 +469,9 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for e in result["exponents"]:
-        measured = "-" if e["value"] is None else f"{e['value']:+.3f} [{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]"
-        expected = "-" if e["expected"] is None else f"{e['expected']:+.3f}"
+        measured = "-" if e["value"] is None else (f"{number(e['value'], '+.3f')} "
+                                                   f"[{number(e['ci'][0], '+.3f')}, {number(e['ci'][1], '+.3f')}]")  # fmt: skip
+        expected = "-" if e["expected"] is None else number(e["expected"], "+.3f")
         lines.append(
             f"| {e['family']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
             f"{', '.join(map(str, e['depths']))} |"

@@ -16,6 +16,7 @@ import numpy as np
 
 from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
+from eval.outputs import number
 from eval.results import FRACTION_ATOL, ResultsError, SweepResults, check_presets, read_divergence_reasons
 from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 from rundir.contract import PARAMETRIZATION_KEYS
@@ -237,7 +238,7 @@ class FractionResult:
             if not unmeasured and not any(d.optimum.found for d in self.depths if not d.is_base):
                 return f"n/a (no depth besides the base L={self.base_depth})"
             return unmeasured or "n/a"
-        return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
+        return number(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 
     @property
     def base(self) -> DepthResult | None:
@@ -619,7 +620,7 @@ def _depth_notes(where: str, curve: DepthCurve, opt: Optimum) -> list[Note]:
     partial = [i for i in range(curve.log2_lr.size) if curve.n_seeds[i] > 0 and curve.n_diverged[i] > 0]
     if partial:
         cells = ", ".join(
-            f"lr=2^{curve.log2_lr[i]:.2f} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
+            f"lr=2^{number(curve.log2_lr[i], '.2f')} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
             for i in partial
         )
         notes.append(
@@ -865,15 +866,19 @@ class DepthPrediction:
             return ""
         if not math.isfinite(self.measured_log2_lr):
             return f"measured there: {self.measured_note}"
-        ci = f" [{self.measured_ci[0]:.2f}, {self.measured_ci[1]:.2f}]" if self.measured_ci else " (no CI)"
-        text = f"measured there: optimal log2 LR {self.measured_log2_lr:.2f}{ci} ({self.measured_method})"
+        ci = (
+            f" [{number(self.measured_ci[0], '.2f')}, {number(self.measured_ci[1], '.2f')}]"
+            if self.measured_ci
+            else " (no CI)"
+        )
+        text = f"measured there: optimal log2 LR {number(self.measured_log2_lr, '.2f')}{ci} ({self.measured_method})"
         if math.isfinite(self.measured_regret):
             rci = (
-                f" [{self.measured_regret_ci[0]:.4f}, {self.measured_regret_ci[1]:.4f}]"
+                f" [{number(self.measured_regret_ci[0], '.4f')}, {number(self.measured_regret_ci[1], '.4f')}]"
                 if self.measured_regret_ci
                 else ""
             )
-            text += f", regret of the L={self.base_depth} LR {self.measured_regret:.4f}{rci}"
+            text += f", regret of the L={self.base_depth} LR {number(self.measured_regret, '.4f')}{rci}"
         diff = self.log2_lr - self.measured_log2_lr
         if math.isfinite(diff):
             text += f"; the line is {abs(diff):.2f} octave {'above' if diff > 0 else 'below'} it"
