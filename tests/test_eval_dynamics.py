@@ -403,19 +403,27 @@ def test_the_figure_keeps_nine_long_family_labels_apart(tmp_path, monkeypatch):
                        "expected": -0.5} for i, f in enumerate(families) for q in QUANTITIES for x in fractions],
     }  # fmt: skip
     figures = []
-    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append(fig) or [])
+    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append((fig, a[1])) or [])
     dp.plot(result, tmp_path / "dynamics")
-    fig = figures[0]
+    # nine families: the exponents in dynamics, the step panels four families a figure (4 + 4 + 1)
+    assert [name for _, name in figures] == ["dynamics", "dynamics_steps_1", "dynamics_steps_2", "dynamics_steps_3"]
+    all_rows = []
+    for fig, _ in figures:
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        axes = fig.axes
+        rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
+        all_rows.append(len(rows))
+        for row in rows:
+            boxes = [ax.title.get_window_extent(renderer) for ax in row]
+            for left, right in zip(boxes, boxes[1:]):
+                assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
+    assert all_rows == [1, 4, 4, 1]
+    assert figures[1][0].axes[4].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    fig = figures[0][0]
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
-    axes = fig.axes
-    rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
-    assert len(rows) == len(families) + 1
-    for row in rows:
-        boxes = [ax.title.get_window_extent(renderer) for ax in row]
-        for left, right in zip(boxes, boxes[1:]):
-            assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
-    assert rows[1][0].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    rows = [fig.axes]
     assert all(ax.get_legend() is None for ax in rows[-1])
     (legend,) = fig.legends
     assert [t.get_text().replace("\n  ", " ") for t in legend.get_texts()] == families
@@ -526,3 +534,36 @@ def test_a_partly_diverged_lr_counts_its_diverged_seeds_as_eval_transfer_does(tm
     assert sorted((r["num_layers"], r["lr"]) for r in result["runs"]) == [(2, 0.01), (2, 0.01), (4, 0.01), (4, 0.01)]
     (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
     assert e["value"] == pytest.approx(-0.5, abs=0.03)
+
+
+def test_sixteen_families_are_drawn_over_figures_a_page_tall(tmp_path):
+    """A sweep of 16 floors (optimizer.min_lr_ratio 0.00 .. 0.15) at L = 2, 4: the exponents of
+    every family in dynamics.png (one row of panels, one legend of 16 entries), the step panels
+    four families a figure in dynamics_steps_1..4.png, each at most 4 panel rows plus its titles
+    tall (under 16 inches), every one linked from dynamics.md. Before: one dynamics.png of 17 panel
+    rows, about 58 inches tall."""
+    from PIL import Image
+
+    from eval.dynamics_cmd import write_dynamics
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(7)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for i in range(16):
+        for L in (2, 4):
+            run_id = f"f{i}-L{L}"
+            _family_run(tmp_path, run_id, "depth_mup", L, 0.01, 0, 3.0, -0.5, rng)
+            lines.append(f"{run_id},depth_mup,{L},0.01,0,1.0,2,64,{i / 100:.2f},completed,40,1.0,3.0")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    result = write_dynamics([tmp_path], out, fractions=(1.0,), n_boot=10)
+    pngs = ["dynamics.png", *(f"dynamics_steps_{i}.png" for i in (1, 2, 3, 4))]
+    assert [f for f in result["files"] if f.endswith(".png")] == pngs
+    assert {f for f in result["files"] if f.endswith(".pdf")} == {p.replace(".png", ".pdf") for p in pngs}
+    text = (out / "dynamics.md").read_text()
+    for name in pngs:
+        with Image.open(out / name) as image:
+            width, height = image.size
+        assert height <= 16 * 150 and width == 4 * 4.2 * 150, (name, image.size)  # 150 dpi, 4 panels wide
+        assert f"]({name})" in text
+    assert len(result["families"]) == 16
