@@ -263,7 +263,15 @@ def assign_families(
     for k in [*FAMILY_KEYS, *extra]:  # as text (a column a lone run's summary lacks: empty), keys as labels write them
         rows[k] = [_text(v) for v in rows[k]]
     try:
-        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files)
+        if alone:  # rows of run directories given alone: messages name where their values come from
+            name = (
+                f"{name} and {len(alone)} run director{'y' if len(alone) == 1 else 'ies'} given alone"
+                if tables
+                else name
+            )
+            read_from = "their summary.json files" if not tables else "results.csv and the runs' summary.json"
+        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files,
+                             read_from=read_from if alone else None)  # fmt: skip
         chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
         check_presets(chosen, presets)
     except ResultsError as exc:

@@ -567,3 +567,24 @@ def test_sixteen_families_are_drawn_over_figures_a_page_tall(tmp_path):
         assert height <= 16 * 150 and width == 4 * 4.2 * 150, (name, image.size)  # 150 dpi, 4 panels wide
         assert f"]({name})" in text
     assert len(result["families"]) == 16
+
+
+def test_selection_errors_of_run_directories_name_what_was_read(tmp_path, capsys):
+    """Run directories given alone (no results.csv): --presets and --depths name what was read,
+    their summary.json files, not a results.csv column. Before: "the run directories given:
+    preset(s) ['ode'] not in column 'parametrization.preset'", a column of no file given."""
+    from eval.__main__ import main
+
+    rng = np.random.default_rng(8)
+    for L in (2, 4):
+        _family_run(tmp_path, f"sp-L{L}", "sp", L, 0.01, 0, 3.0, 0.0, rng)
+    dirs = [str(tmp_path / "runs" / f"sp-L{L}") for L in (2, 4)]
+    out = ["--out", str(tmp_path / "o"), "--no-figures", "--bootstrap", "5"]
+    assert main(["dynamics", *dirs, *out, "--presets", "ode"]) == 2
+    said = (
+        "the run directories given: preset(s) ['ode'] not among the presets their summary.json files name; found ['sp']"
+    )
+    assert capsys.readouterr().err == f"error: {said}\n"
+    assert main(["dynamics", *dirs, *out, "--depths", "8"]) == 2
+    said = "the run directories given: --depths [8] not among the depths their summary.json files name (swept: [2, 4])"
+    assert capsys.readouterr().err == f"error: {said}\n"
