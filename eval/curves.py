@@ -221,7 +221,7 @@ def build_curves(sweep: SweepResults, fractions: list[float], *, use_evals_befor
     for values, fam_runs in active.groupby(columns, sort=True, dropna=False):
         values = values if isinstance(values, tuple) else (values,)
         family = families[values]
-        base_depths[family] = sorted(int(v) for v in fam_runs["base_depth"].unique())
+        base_depths[family] = sorted(int(v) for v in fam_runs["base_depth"].unique() if pd.notna(v))
         for fraction in fractions:
             curves[(family, fraction)] = [
                 _depth_curve(

@@ -20,6 +20,9 @@ arm's ``parametrization.alpha`` / ``gamma``); a run directory given without one 
 ``summary.json`` and ``parametrization.json`` (preset, width, block multiplier, a custom arm's
 alpha and gamma, a branch's step).
 
+The runs analysed per family and depth are those at ``eval transfer``'s best grid LR at the
+end of training (:func:`eval.transfer.best_grid_lrs`, from the same rows), not a choice of its own.
+
 Exponent of a quantity against depth: least squares of the per-depth mean of log q (over
 the runs' blocks and seeds) against log L; its 95% CI from a bootstrap that resamples the
 runs of each depth (seeds) and the blocks of each run (layers). Expected exponents come from
@@ -42,9 +45,11 @@ import numpy as np
 import pandas as pd
 
 from eval.curves import Family, build_families, family_columns
+from eval.outputs import number
 from eval.results import (
     CONFIG_KEYS,
     FAMILY_KEYS,
+    FRACTION_ATOL,
     ResultsError,
     SweepResults,
     check_presets,
@@ -52,11 +57,13 @@ from eval.results import (
     select_runs,
     sources_text,
 )
-from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULTS_FILE, RUNS_DIR
+from eval.transfer import best_grid_lrs
+from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, Status
 from rundir.files import (
     INHERITED_FROM,
     PARAMETRIZATION_FILE,
     RunDirError,
+    RunSummary,
     branch_source,
     read_diagnostics_with_source,
     read_summary,
@@ -85,8 +92,10 @@ class RunDynamics:
     branch_step: Optional[int] = None  # a cooldown branch's step: its own rows start after it
     inherited_steps: frozenset[int] = field(default_factory=frozenset)  # steps whose rows are its source's
     summary_keys: dict[str, Any] = field(default_factory=dict)  # its family columns, where no results.csv has it
+    status: str = "completed"  # summary.json's, where no results.csv has it
     family: Optional[Family] = None  # set by find_runs (eval.curves: the family eval transfer puts it in)
     shared: bool = False  # another preset's base-depth run standing for this one (--shared-base)
+    best_lr: Optional[float] = None  # set by find_runs: eval transfer's best grid LR at its family and depth
 
     @property
     def label(self) -> str:
@@ -117,8 +126,9 @@ def _per_layer(rows: list[dict[str, Any]]) -> dict[str, dict[int, dict[int, floa
     }
 
 
-def load_run(run_dir: Path) -> Optional[RunDynamics]:
-    """A run's diagnostics and identity; None when it has no diagnostics rows."""
+def load_run(run_dir: Path, in_table: bool = False) -> Optional[RunDynamics]:
+    """A run's diagnostics and identity; None when it has no diagnostics rows. ``in_table``: its
+    sweep's results.csv has its row (its LR, seed and loss come from there: ``summary.json`` may be absent)."""
     summary = read_summary(run_dir)  # read once: the join and the branch step below take it
     try:  # a branch's rows start after its branch step: its source's come first (rundir.files owns the join)
         rows = read_diagnostics_with_source(run_dir, summary=summary)
@@ -127,10 +137,12 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
     if not any(INHERITED_FROM not in r for r in rows):
         return None
     table_path = run_dir / PARAMETRIZATION_FILE
-    if summary is None or not table_path.is_file():
+    if (summary is None and not in_table) or not table_path.is_file():
         raise DynamicsError(f"{run_dir}: diagnostics without summary.json or {PARAMETRIZATION_FILE}")
-    source = branch_source(run_dir, None, summary=summary)
+    source = branch_source(run_dir, None, summary=summary) if summary is not None else None
     table = json.loads(table_path.read_text())
+    if summary is None:  # its row of results.csv says the rest (assign_families)
+        summary = RunSummary(status=Status.COMPLETED)
     preset = summary.preset or table["preset"]
     branch_step = int(source["step"]) if source and source.get("step") is not None else None
     keys: dict[str, Any] = {"hidden_size": summary.hidden_size, "block_multiplier": summary.block_multiplier}
@@ -150,7 +162,8 @@ def load_run(run_dir: Path) -> Optional[RunDynamics]:
         per_layer=_per_layer(rows),
         branch_step=branch_step,
         inherited_steps=frozenset(r["step"] for r in rows if INHERITED_FROM in r),
-        summary_keys={**keys, "base_depth": summary.base_num_layers},
+        summary_keys={**keys, "base_depth": summary.base_num_layers or table.get("base_num_layers")},
+        status=str(Status(summary.status).value),
     )
 
 
@@ -173,8 +186,9 @@ def find_runs(
     for path in paths:
         if not path.is_dir():
             raise DynamicsError(f"{path}: not a directory")
-        found = [r for r in map(load_run, run_dirs(path)) if r is not None]
-        if (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file():
+        in_table = (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file()
+        found = [r for r in (load_run(d, in_table) for d in run_dirs(path)) if r is not None]
+        if in_table:
             tables.update({r.run_dir.resolve(): path / RESULTS_FILE for r in found})
         runs += found
     if not runs:
@@ -218,7 +232,7 @@ def assign_families(
         except ResultsError as exc:
             raise DynamicsError(str(exc)) from None
         name, extra, warnings, files = sweep.name, list(sweep.extra_keys), sweep.warnings, sweep.paths
-        table = sweep.rows.drop_duplicates("run_id").reset_index(drop=True)
+        table = sweep.rows.reset_index(drop=True)  # every fraction's row: the best LR is chosen at the end
         dirs = [sweep.run_dir(rid).resolve() for rid in table["run_id"]]
         table["index"] = [index_of.get(d, -1) for d in dirs]
         missing = sorted(set(tables) - set(dirs))
@@ -234,18 +248,30 @@ def assign_families(
     if alone:  # run directories given alone: their summaries' keys
         own = [{"run_id": str(r.run_dir), "preset": r.preset, "depth": r.num_layers, "lr": r.lr, "seed": r.seed,
                 **r.summary_keys} for r in alone]  # fmt: skip
+        # the row eval transfer would read at the end of training: summary.json's final loss and status
+        final = [{"status": _result_status(r.status), "step": math.nan, "fraction": 1.0,
+                  "val_loss": _finite(r.final_val_loss), "val_loss_recorded": r.final_val_loss is not None}
+                 for r in alone]  # fmt: skip
         extra += [k for k in dict.fromkeys(k for rec in own for k in rec) if k not in (*CONFIG_KEYS, "run_id", *extra)]
         frame = pd.DataFrame(own)
         for k in extra:
             frame[k] = [_text(v) for v in frame[k]] if k in frame else ""
-        frame["status"] = "completed"
+        frame = pd.concat([frame, pd.DataFrame(final)], axis=1)
         frame["index"] = [index_of[r.run_dir.resolve()] for r in alone]
         frames.append(frame)
     rows = pd.concat(frames, ignore_index=True)
     for k in [*FAMILY_KEYS, *extra]:  # as text (a column a lone run's summary lacks: empty), keys as labels write them
         rows[k] = [_text(v) for v in rows[k]]
     try:
-        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files)
+        if alone:  # rows of run directories given alone: messages name where their values come from
+            name = (
+                f"{name} and {len(alone)} run director{'y' if len(alone) == 1 else 'ies'} given alone"
+                if tables
+                else name
+            )
+            read_from = "their summary.json files" if not tables else "results.csv and the runs' summary.json"
+        whole = SweepResults(path=Path(name), rows=rows, extra_keys=extra, warnings=warnings, paths=files,
+                             read_from=read_from if alone else None)  # fmt: skip
         chosen = select_runs(whole, where=where, depths=depths, shared_base=shared_base)
         check_presets(chosen, presets)
     except ResultsError as exc:
@@ -253,7 +279,7 @@ def assign_families(
     if tables and len(chosen.files) > 1:
         notes.append(sources_text(chosen.runs_per_file()))  # as eval transfer says it
     notes += chosen.warnings
-    kept = chosen.rows
+    kept = chosen.rows.drop_duplicates("run_id")
     quiet = kept[kept["index"] < 0]
     if len(quiet):
         pending = int((quiet["status"] == "pending").sum())
@@ -264,24 +290,43 @@ def assign_families(
         )
     columns = family_columns(chosen)
     families = build_families(kept, columns)
+    final = max(chosen.recorded_fractions())  # the end of training (1.0 wherever the table records it)
+    if final < 1.0 - FRACTION_ATOL:
+        notes.append(f"no row at fraction 1 in {name}: the best LR is chosen at fraction {final:g}, the last recorded")
+    best = best_grid_lrs(chosen, final)  # eval transfer's choice: one owner
     out = []
     for values, members in kept.groupby(columns, sort=True, dropna=False):  # as build_families keys them
         family = families[values if isinstance(values, tuple) else (values,)]
         for _, row in members[members["index"] >= 0].iterrows():
-            run = runs[row["index"]]
+            run = runs[row["index"]]  # its row's LR, seed and depth: what eval transfer reads
+            run = replace(run, lr=float(row["lr"]), seed=int(row["seed"]), num_layers=int(row["depth"]), family=family,
+                          best_lr=best.get((family, int(row["depth"]))))  # fmt: skip
             if row.get("shared_copy") is True:
                 run = replace(run, preset=str(row["preset"]), shared=True)
-            run.family = family
             out.append(run)
     return out
 
 
+def _finite(value: Optional[float]) -> float:
+    return float(value) if value is not None and math.isfinite(value) else math.nan
+
+
+def _result_status(status: str) -> str:
+    """A summary's status as results.csv says it (launch status: a run not ended is pending)."""
+    return status if status in RESULT_STATUSES else Status.PENDING.value
+
+
 def select(
-    runs: list[RunDynamics], lr: Optional[float] = None, presets: Optional[list[str]] = None
+    runs: list[RunDynamics],
+    lr: Optional[float] = None,
+    presets: Optional[list[str]] = None,
+    notes: Optional[list[str]] = None,
 ) -> list[RunDynamics]:
-    """Per (family, depth): every seed at ``lr`` (nearest in log2), or at the LR with the lowest
-    seed-mean final validation loss. ``presets``: only these presets' families (as ``eval transfer
-    --presets``)."""
+    """Per (family, depth): every seed at ``lr`` (nearest in log2), or at ``eval transfer``'s best
+    grid LR at the end of training (each run's ``best_lr``: :func:`eval.transfer.best_grid_lrs`,
+    the lowest seed-mean final validation loss, seeds that diverged counted as transfer counts
+    them). ``presets``: only these presets' families (as ``eval transfer --presets``). A family and
+    depth whose best LR has no runs with diagnostics is left out and said in ``notes``."""
     if presets:  # checked against the table by find_runs (eval.results.check_presets, as eval transfer)
         runs = [r for r in runs if r.preset in presets]
     groups: dict[tuple[Optional[Family], int], list[RunDynamics]] = {}
@@ -295,9 +340,15 @@ def select(
         if lr is not None:
             best = min(by_lr, key=lambda x: abs(math.log2(x / lr)) if x > 0 else math.inf)
         else:
-            scored = {x: np.mean([r.final_val_loss for r in rs if r.final_val_loss is not None] or [np.inf])
-                      for x, rs in by_lr.items()}  # fmt: skip
-            best = min(scored, key=lambda x: scored[x])
+            first = members[0]
+            best = next((x for x in by_lr if first.best_lr and math.isclose(x, first.best_lr, rel_tol=1e-9)), None)
+            if best is None:
+                where = f"{first.label} L={first.num_layers}"
+                why = (f"its best LR {first.best_lr:g} has no runs with diagnostics" if first.best_lr
+                       else "no LR has a usable final validation loss")  # fmt: skip
+                if notes is not None:
+                    notes.append(f"{where} left out: {why}")
+                continue
         chosen += by_lr[best]
     return sorted(chosen, key=lambda r: (_family_order(r), r.num_layers, r.seed))
 
@@ -426,8 +477,9 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for e in result["exponents"]:
-        measured = "-" if e["value"] is None else f"{e['value']:+.3f} [{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]"
-        expected = "-" if e["expected"] is None else f"{e['expected']:+.3f}"
+        measured = "-" if e["value"] is None else (f"{number(e['value'], '+.3f')} "
+                                                   f"[{number(e['ci'][0], '+.3f')}, {number(e['ci'][1], '+.3f')}]")  # fmt: skip
+        expected = "-" if e["expected"] is None else number(e["expected"], "+.3f")
         lines.append(
             f"| {e['family']} | {e['quantity']} | {e['fraction']:g} | {measured} | {expected} | "
             f"{', '.join(map(str, e['depths']))} |"

@@ -20,7 +20,8 @@ HELP = "update/weight and activation RMS per layer against depth and step, expon
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", help="sweep directories (runs/ inside) or run directories")
-    parser.add_argument("--out", required=True, help="directory for dynamics.json, dynamics.md, dynamics.{png,pdf}")
+    parser.add_argument("--out", required=True, help="directory for dynamics.json, dynamics.md, dynamics.{png,pdf} "
+                        "(with more than 4 families also dynamics_steps_<i>.{png,pdf})")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="use the runs at this LR (default: each depth's best)")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.5, 1.0],
                         help="fractions of training at which to fit exponents")  # fmt: skip
@@ -43,9 +44,10 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
     notes: list[str] = []
     found = find_runs(paths, where, tuple(ignore_columns), depths=depths, shared_base=shared_base, presets=presets,
                       notes=notes)  # fmt: skip
-    chosen = select(found, lr, presets)
+    chosen = select(found, lr, presets, notes)
     result = analyse(chosen, list(fractions), n_boot)
-    which = f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation loss"
+    which = (f"the LR nearest {lr:g}" if lr is not None else "the LR with the lowest seed-mean final validation "
+             "loss (eval transfer's best grid point at the end)")  # fmt: skip
     n_found = len({r.run_dir for r in found if not presets or r.preset in presets})
     notes.append(f"{len({r.run_dir for r in chosen})} of {n_found} runs with diagnostics analysed: per family and "
                  f"depth, every seed at {which}")  # fmt: skip
@@ -54,7 +56,10 @@ def write_dynamics(paths: list[Path], out: Path, lr: Optional[float] = None, fra
     if figures:
         result["files"] += [p.name for p in plot(result, out / "dynamics")]
     table = markdown(result)
-    atomic_write_bytes(out / "dynamics.md", ("# Training dynamics across depth\n\n" + table).encode())
+    pictures = [f for f in result["files"] if f.endswith(".png")]  # each figure, linked (PDFs beside them)
+    links = "".join(f"\n![{Path(f).stem}]({f})\n" for f in pictures)
+    text = "# Training dynamics across depth\n\n" + table + ("\n## Figures\n" + links if pictures else "")
+    atomic_write_bytes(out / "dynamics.md", text.encode())
     write_json(out / "dynamics.json", result)
     result["markdown"] = table
     return result

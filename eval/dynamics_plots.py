@@ -1,6 +1,7 @@
-"""The figure of ``eval dynamics``: each quantity against training step, one curve per depth
+"""The figures of ``eval dynamics``: each quantity against training step, one curve per depth
 (a row per family, eval transfer's labels and order; a cooldown branch's rows from its source run
-dashed, up to its branch step, marked), and the measured exponents against depth next to the expected ones."""
+dashed, up to its branch step, marked), and the measured exponents against depth next to the
+expected ones; with many families, the step panels over several figures (:func:`plot`)."""
 
 from __future__ import annotations
 
@@ -44,20 +45,50 @@ def _offsets(n: int, fractions: list[float]) -> list[float]:
     return [(i - (n - 1) / 2) * step for i in range(n)]
 
 
+FAMILIES_PER_FIGURE = 4  # rows of step panels in one figure: 4 x 3.4 in (a screen, a page); more: one figure each 4
+
+
 def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
+    """``stem.{png,pdf}``: with up to :data:`FAMILIES_PER_FIGURE` families, a row of step panels
+    per family and the exponent panels under them. With more, ``stem`` holds the exponent panels
+    (every family) and ``stem_steps_<i>.{png,pdf}`` the step panels, that many families each, in
+    the report's order: a figure stays readable (before, 16 families drew one figure 58 inches tall)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = result["families"]
+    if len(families) <= FAMILIES_PER_FIGURE:
+        pages = [(stem, families, True)]
+    else:
+        chunks = [families[i : i + FAMILIES_PER_FIGURE] for i in range(0, len(families), FAMILIES_PER_FIGURE)]
+        pages = [(stem, [], True)] + [
+            (stem.with_name(f"{stem.name}_steps_{i}"), chunk, False) for i, chunk in enumerate(chunks, start=1)
+        ]
+    written: list[Path] = []
+    for page_stem, shown, exponents in pages:
+        fig = _figure(result, shown, exponents)
+        try:
+            written += save_figure(fig, page_stem.parent, page_stem.name, dpi)
+        finally:
+            plt.close(fig)
+    return written
+
+
+def _figure(result: dict[str, Any], shown: list[str], exponents: bool) -> Any:
+    """A row of step panels per family of ``shown``; then, with ``exponents``, the exponent panels
+    of every family with one legend under them."""
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.lines import Line2D
 
     families = result["families"]
-    n_rows = len(families) + 1
+    n_rows = len(shown) + int(exponents)
     fig, axes = plt.subplots(n_rows, len(QUANTITIES), figsize=(PANEL_W * len(QUANTITIES), PANEL_H * n_rows),
                              squeeze=False)  # fmt: skip
     title_pt = PANEL_W * 72 * 0.75  # about the axes' width (the panel less its tick labels)
-    for row, family in zip(axes, families):
+    for row, family in zip(axes, shown):
         series = result["series"][family]
         depths = sorted(series[QUANTITIES[0]], key=int)
         colors = plt.cm.plasma(np.linspace(0.0, 0.85, max(len(depths), 1)))
@@ -75,6 +106,9 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
             ax.set_xlabel("step")
             ax.grid(alpha=0.3, which="both")
         row[0].legend(fontsize=7)
+    if not exponents:
+        fig.tight_layout()
+        return fig
     offsets = _offsets(len(families), list(result["fractions"]))
     style = [(f"C{i % 10}", FAMILY_MARKERS[i % len(FAMILY_MARKERS)]) for i in range(len(families))]
     for ax, quantity in zip(axes[-1], QUANTITIES):
@@ -107,6 +141,4 @@ def plot(result: dict[str, Any], stem: Path, dpi: int = 150) -> list[Path]:
     height = legend.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi + 0.1
     fig.set_size_inches(fig.get_figwidth(), PANEL_H * n_rows + height)
     fig.tight_layout(rect=(0, height / (PANEL_H * n_rows + height), 1, 1))
-    written = save_figure(fig, stem.parent, stem.name, dpi)
-    plt.close(fig)
-    return written
+    return fig

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from eval.outputs import number
 from eval.transfer import TransferAnalysis, fraction_label
 
 # goal key -> what it measures (one check per family and analysed fraction)
@@ -109,7 +110,7 @@ def met_text(check: dict) -> str:
 
 def achieved_text(check: dict) -> str:
     """A check's achieved width in words, naming the optima whose CIs the LRs tried cut."""
-    text = "no interval" if check["achieved"] is None else f"{check['achieved']:.3f}"
+    text = "no interval" if check["achieved"] is None else number(check["achieved"])
     return text + (f" (CI cut by the LRs tried: {', '.join(check['open'])})" if check.get("open") else "")
 
 

@@ -1,4 +1,5 @@
-"""JSON helpers for the outputs of ``python -m eval``; atomic writes come from :mod:`jobscripts.atomic`, the non-finite convention from :mod:`rundir.files`.
+"""JSON helpers for the outputs of ``python -m eval``; atomic writes come from :mod:`jobscripts.atomic`, the non-finite convention from :mod:`rundir.files`;
+:func:`number`: every number eval prints (text, Markdown, HTML, figures), written without a signed zero.
 
 Values the analysis could not compute are ``None`` before they get here (written ``null``).
 """
@@ -13,7 +14,21 @@ from typing import Any
 from jobscripts.atomic import atomic_write_bytes, atomic_write_text
 from rundir.files import json_safe  # the toolkit's one convention: non-finite -> "nan"/"inf"/"-inf"
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "json_safe", "write_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "json_safe", "number", "write_json"]
+
+
+def number(x: float, spec: str = ".3f") -> str:
+    """``format(x, spec)``, but a value that rounds to zero is written as zero is (``+0.000``, not
+    ``-0.000``: a least-squares slope of equal optima is -9e-16, a regret -1e-17). Only the text:
+    JSON and CSV keep the value itself."""
+    text = format(x, spec)
+    if text.lstrip().startswith("-"):
+        try:
+            if float(text) == 0.0:
+                return format(0.0, spec)
+        except ValueError:  # a spec whose text is not a number (none used now): as format gives it
+            pass
+    return text
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from eval.curves import Family  # noqa: E402
-from eval.outputs import atomic_write_bytes  # noqa: E402
+from eval.outputs import atomic_write_bytes, number  # noqa: E402
 from eval.transfer import DepthResult, FractionResult, TransferAnalysis, fraction_label  # noqa: E402
 
 LOSS_LABEL = "validation loss (nats/token)"
@@ -330,7 +330,8 @@ def _slope_text(result: FractionResult) -> str:
     s = result.slope
     if not s.available:
         return "no slope"
-    return f"slope {s.slope:+.3f}" + (f" [95% CI {s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)")
+    ci = f" [95% CI {number(s.ci_low, '+.3f')}, {number(s.ci_high, '+.3f')}]" if s.ci_available else " (no CI)"
+    return f"slope {number(s.slope, '+.3f')}" + ci
 
 
 def slope_legend(result: FractionResult) -> str:
@@ -433,7 +434,7 @@ def _heatmap_figure(analysis: TransferAnalysis, members: list[Family], fraction:
             values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="lower", interpolation="nearest"
         )
         fig.colorbar(image, ax=ax, label=LOSS_LABEL, extend="max", shrink=0.9, pad=0.02)
-        ax.set_xticks(range(len(lrs)), [f"{x:.1f}" for x in lrs], rotation=90, fontsize="x-small")
+        ax.set_xticks(range(len(lrs)), [number(x, ".1f") for x in lrs], rotation=90, fontsize="x-small")
         ax.set_yticks(range(len(multipliers)), [f"{m:g}" for m in multipliers], fontsize="small")
         ax.set_xlabel(LR_LABEL)
         ax.set_ylabel("block multiplier a")

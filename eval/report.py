@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.optimum import Optimum
-from eval.outputs import atomic_write_text, write_json
+from eval.outputs import atomic_write_text, number, write_json
 from eval.results import sources_list
 from eval.transfer import DepthPrediction, DepthResult, FractionResult, PresetGap, TransferAnalysis, fraction_label
 
@@ -310,8 +310,8 @@ def prediction_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[s
             h["fraction_label"],
             str(h["target_depth"]) + (" (extrapolated)" if h["extrapolated"] else ""),
             _with_ci(h["log2_lr"], h["ci_log2_lr"], ".2f"),
-            "—" if h["lr"] is None else f"{h['lr']:.3g}",
-            "—" if h["base_log2_lr"] is None else f"{h['base_log2_lr']:.2f} (L={h['base_depth']})",
+            "—" if h["lr"] is None else number(h["lr"], ".3g"),
+            "—" if h["base_log2_lr"] is None else f"{number(h['base_log2_lr'], '.2f')} (L={h['base_depth']})",
             _with_ci(h["regret_of_base_lr"], h["regret_ci"], ".4f"),
             _measured_cell(h),
             h["note"] or "—",
@@ -335,7 +335,7 @@ def _measured_cell(h: dict[str, Any]) -> str:
 def _with_ci(value: Any, ci: Any, fmt: str) -> str:
     if value is None:
         return "—"
-    return format(value, fmt) + (f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]" if ci else " (no CI)")
+    return number(value, fmt) + (f" [{number(ci[0], fmt)}, {number(ci[1], fmt)}]" if ci else " (no CI)")
 
 
 def headline_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -513,15 +513,15 @@ class Block:
 
 
 def _f(x: float | None, spec: str = ".3f") -> str:
-    return "—" if x is None or not math.isfinite(x) else format(x, spec)
+    return "—" if x is None or not math.isfinite(x) else number(x, spec)
 
 
 def _slope_text(r: FractionResult) -> str:
     s = r.slope
     if not s.available:
         return "n/a"
-    ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else " (no CI)"
-    return f"{s.slope:+.3f}{ci}"
+    ci = f" [{number(s.ci_low, '+.3f')}, {number(s.ci_high, '+.3f')}]" if s.ci_available else " (no CI)"
+    return f"{number(s.slope, '+.3f')}{ci}"
 
 
 def _flags(d: DepthResult) -> str:
@@ -540,8 +540,8 @@ def _flags(d: DepthResult) -> str:
 
 def _regret_text(d: DepthResult) -> str:
     if d.regret_status == "ok":
-        ci = f" [{d.regret_ci[0]:.4f}, {d.regret_ci[1]:.4f}]" if d.regret_ci else ""
-        return f"{d.regret:.4f}{ci} ({d.regret_method})"
+        ci = f" [{number(d.regret_ci[0], '.4f')}, {number(d.regret_ci[1], '.4f')}]" if d.regret_ci else ""
+        return f"{number(d.regret, '.4f')}{ci} ({d.regret_method})"
     return d.regret_status.replace("_", " ")
 
 
@@ -648,7 +648,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     if r.verdict
                     else "no verdict (no CI)",
                     _f(r.drift)
-                    + (f" [{r.drift_ci[0]:.3f}, {r.drift_ci[1]:.3f}]" if r.drift_ci else "")
+                    + (f" [{number(r.drift_ci[0])}, {number(r.drift_ci[1])}]" if r.drift_ci else "")
                     + (mark_text(slope_marks(r)) if math.isfinite(r.drift) else ""),
                     r.max_regret_text() + mark_text(max_regret_marks(r)),
                 ]
@@ -674,8 +674,8 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                         f"{g.family.label} − {g.reference.label}",
                         fraction_label(g.fraction),
                         str(g.depth),
-                        f"{g.gap:+.4f}"
-                        + (f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)")
+                        number(g.gap, "+.4f")
+                        + (f" [{number(g.ci[0], '+.4f')}, {number(g.ci[1], '+.4f')}]" if g.ci else " (no CI)")
                         + mark_text(gap_marks(analysis, g)),
                         ("yes" if g.ci[0] <= 0 <= g.ci[1] else "no") if g.ci else "—",
                     ]
@@ -749,7 +749,7 @@ def _depth_row(d: DepthResult) -> list[str]:
     g_x, g_loss, g_std, g_n = d.best_grid
     smin, smax = d.seed_counts
     o = d.optimum
-    ci = f" [{d.opt_ci[0]:.2f}, {d.opt_ci[1]:.2f}]" if d.opt_ci else ""
+    ci = f" [{number(d.opt_ci[0], '.2f')}, {number(d.opt_ci[1], '.2f')}]" if d.opt_ci else ""
     return [
         str(d.depth) + (" (base)" if d.is_base else ""),
         f"{d.n_lr_usable}/{d.n_lr_tried}",

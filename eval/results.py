@@ -65,6 +65,9 @@ class SweepResults:
     extra_keys: list[str]
     warnings: list[str] = field(default_factory=list)
     paths: tuple[Path, ...] = ()  # the tables read, where there were several (path is the first)
+    # rows made from run directories, not read from a results.csv: where their values come from, as
+    # messages name it ("their summary.json files"); None: the table's columns
+    read_from: str | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -117,7 +120,15 @@ def check_presets(sweep: SweepResults, presets: Sequence[str] | None) -> None:
     ``ResultsError`` naming those there are."""
     known = sorted({str(p) for p in sweep.rows["preset"]})
     if unknown := [p for p in presets or [] if p not in known]:
-        raise ResultsError(f"{sweep.name}: preset(s) {unknown} not in column 'parametrization.preset'; found {known}")
+        raise ResultsError(
+            f"{sweep.name}: preset(s) {unknown} {_not_in(sweep, 'parametrization.preset', 'presets')}; found {known}"
+        )
+
+
+def _not_in(sweep: SweepResults, column: str, what: str) -> str:
+    """``not in column 'model.num_layers'`` for a table; for rows made from run directories
+    (:attr:`SweepResults.read_from`) ``not among the depths their summary.json files name``."""
+    return f"not in column {column!r}" if sweep.read_from is None else f"not among the {what} {sweep.read_from} name"
 
 
 def sources_list(sources: list[tuple[str, int]], quote: str = "") -> str:
@@ -625,7 +636,9 @@ def keep_depths(sweep: SweepResults, depths: list[int]) -> SweepResults:
     swept = sorted(int(d) for d in sweep.rows["depth"].unique())
     missing = sorted(set(depths) - set(swept))
     if missing:
-        raise ResultsError(f"{sweep.name}: --depths {missing} not in column 'model.num_layers' (swept: {swept})")
+        raise ResultsError(
+            f"{sweep.name}: --depths {missing} {_not_in(sweep, 'model.num_layers', 'depths')} (swept: {swept})"
+        )
     if set(swept) <= set(depths):
         return sweep  # nothing left out (a study passes its own depths): nothing to note
     rows = sweep.rows[sweep.rows["depth"].isin(depths)].reset_index(drop=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
+from eval.outputs import number
 from eval.results import FRACTION_ATOL, ResultsError, SweepResults, check_presets, read_divergence_reasons
 from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 from rundir.contract import PARAMETRIZATION_KEYS
@@ -237,7 +238,7 @@ class FractionResult:
             if not unmeasured and not any(d.optimum.found for d in self.depths if not d.is_base):
                 return f"n/a (no depth besides the base L={self.base_depth})"
             return unmeasured or "n/a"
-        return format(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
+        return number(self.max_regret, fmt) + (f" ({unmeasured})" if unmeasured else "")
 
     @property
     def base(self) -> DepthResult | None:
@@ -518,6 +519,29 @@ def _shared_base_hint(family: Family, fraction: float, curveset: CurveSet, depth
     )
 
 
+def depth_optimum(curve: DepthCurve, seed_model: str = "independent", window: int = 1) -> tuple[CurveMeans, Optimum]:
+    """One depth's per-LR means (seeds that diverged where others finished counted as
+    :mod:`eval.seed_model` counts them) and the optimum fitted to them: what ``eval transfer``
+    reports for a depth. Its ``best_index`` is the best grid point (ties: the lowest LR)."""
+    fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model, curve.n_diverged)
+    return fit, fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
+
+
+def best_grid_lrs(sweep: SweepResults, fraction: float = 1.0) -> dict[tuple[Family, int], float | None]:
+    """Per (family, depth): the LR of the best grid point at ``fraction`` as ``eval transfer``
+    finds it with its defaults (:func:`depth_optimum`, ``--seed-model independent``), None where
+    no LR has a usable loss. The one choice of "the runs at the best LR" (``eval dynamics``)."""
+    curveset = build_curves(sweep, [fraction])
+    best: dict[tuple[Family, int], float | None] = {}
+    for (family, _), curves in curveset.curves.items():
+        for curve in curves:
+            _, opt = depth_optimum(curve)
+            best[(family, curve.depth)] = (
+                None if opt.best_index is None else 2.0 ** float(curve.log2_lr[opt.best_index])
+            )
+    return best
+
+
 def _analyze_family_fraction(
     family: Family,
     fraction: float,
@@ -540,8 +564,7 @@ def _analyze_family_fraction(
         notes.append(Note(where_ff, base_note))
     results = []
     for curve in curves:
-        fit = curve_means(curve.seed_losses, curve.seed_ids, seed_model, curve.n_diverged)
-        opt = fit_optimum(curve.log2_lr, fit.means, window=window, n_diverged=curve.n_diverged)
+        fit, opt = depth_optimum(curve, seed_model, window)
         results.append(DepthResult(depth=curve.depth, is_base=curve.depth == base, curve=curve, optimum=opt, fit=fit))
         notes.extend(_depth_notes(f"{where_ff} | L={curve.depth}", curve, opt))
     if not results:
@@ -597,7 +620,7 @@ def _depth_notes(where: str, curve: DepthCurve, opt: Optimum) -> list[Note]:
     partial = [i for i in range(curve.log2_lr.size) if curve.n_seeds[i] > 0 and curve.n_diverged[i] > 0]
     if partial:
         cells = ", ".join(
-            f"lr=2^{curve.log2_lr[i]:.2f} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
+            f"lr=2^{number(curve.log2_lr[i], '.2f')} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
             for i in partial
         )
         notes.append(
@@ -843,15 +866,19 @@ class DepthPrediction:
             return ""
         if not math.isfinite(self.measured_log2_lr):
             return f"measured there: {self.measured_note}"
-        ci = f" [{self.measured_ci[0]:.2f}, {self.measured_ci[1]:.2f}]" if self.measured_ci else " (no CI)"
-        text = f"measured there: optimal log2 LR {self.measured_log2_lr:.2f}{ci} ({self.measured_method})"
+        ci = (
+            f" [{number(self.measured_ci[0], '.2f')}, {number(self.measured_ci[1], '.2f')}]"
+            if self.measured_ci
+            else " (no CI)"
+        )
+        text = f"measured there: optimal log2 LR {number(self.measured_log2_lr, '.2f')}{ci} ({self.measured_method})"
         if math.isfinite(self.measured_regret):
             rci = (
-                f" [{self.measured_regret_ci[0]:.4f}, {self.measured_regret_ci[1]:.4f}]"
+                f" [{number(self.measured_regret_ci[0], '.4f')}, {number(self.measured_regret_ci[1], '.4f')}]"
                 if self.measured_regret_ci
                 else ""
             )
-            text += f", regret of the L={self.base_depth} LR {self.measured_regret:.4f}{rci}"
+            text += f", regret of the L={self.base_depth} LR {number(self.measured_regret, '.4f')}{rci}"
         diff = self.log2_lr - self.measured_log2_lr
         if math.isfinite(diff):
             text += f"; the line is {abs(diff):.2f} octave {'above' if diff > 0 else 'below'} it"

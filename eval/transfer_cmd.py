@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from eval.outputs import number
 from eval.seed_model import SEED_MODELS
 from rundir.contract import ExitCode
 
@@ -414,9 +415,9 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
     for r in analysis.results:
         s = r.slope
         marks = mark_text(slope_marks(r))
-        slope = f"{s.slope:+.3f}" if s.available else "n/a"
-        ci = f" [{s.ci_low:+.3f}, {s.ci_high:+.3f}]" if s.ci_available else ""
-        drift = f"{r.drift:.3f}{marks}" if r.drift == r.drift else "n/a"
+        slope = number(s.slope, "+.3f") if s.available else "n/a"
+        ci = f" [{number(s.ci_low, '+.3f')}, {number(s.ci_high, '+.3f')}]" if s.ci_available else ""
+        drift = f"{number(r.drift)}{marks}" if r.drift == r.drift else "n/a"
         regret = r.max_regret_text() + mark_text(max_regret_marks(r))
         marked = marked or bool(marks) or bool(mark_text(max_regret_marks(r)))
         verdict = f"{r.verdict}{marks}" if r.verdict else "no verdict (no CI)"
@@ -426,21 +427,21 @@ def _print_summary(analysis: TransferAnalysis, out: Path, fraction_label: Callab
             f"verdict (±{r.slope_tolerance:g}): {verdict}"
         )
     for g in analysis.gaps:
-        ci = f" [{g.ci[0]:+.4f}, {g.ci[1]:+.4f}]" if g.ci else " (no CI)"
+        ci = f" [{number(g.ci[0], '+.4f')}, {number(g.ci[1], '+.4f')}]" if g.ci else " (no CI)"
         marks = mark_text(gap_marks(analysis, g))
         marked = marked or bool(marks)
         print(
             f"loss gap {g.family.label} - {g.reference.label} at L={g.depth}, "
-            f"{fraction_label(g.fraction)}: {g.gap:+.4f}{ci}{marks}"
+            f"{fraction_label(g.fraction)}: {number(g.gap, '+.4f')}{ci}{marks}"
         )
     if marked:
         print(HEADLINE_LEGEND.replace("`", ""))
     for p in analysis.predictions:
-        ci = f" [{p.ci[0]:.2f}, {p.ci[1]:.2f}]" if p.ci else " (no CI)"
-        rci = f" [{p.regret_ci[0]:.4f}, {p.regret_ci[1]:.4f}]" if p.regret_ci else ""
-        regret = f"{p.regret:.4f}{rci}" if p.regret == p.regret else "n/a"
+        ci = f" [{number(p.ci[0], '.2f')}, {number(p.ci[1], '.2f')}]" if p.ci else " (no CI)"
+        rci = f" [{number(p.regret_ci[0], '.4f')}, {number(p.regret_ci[1], '.4f')}]" if p.regret_ci else ""
+        regret = f"{number(p.regret, '.4f')}{rci}" if p.regret == p.regret else "n/a"
         print(
-            f"{p.family.label:<28} {fraction_label(p.fraction):<12} L={p.depth}: optimal log2 LR {p.log2_lr:.2f}{ci}"
+            f"{p.family.label:<28} {fraction_label(p.fraction):<12} L={p.depth}: optimal log2 LR {number(p.log2_lr, '.2f')}{ci}"
             f" (lr {2.0**p.log2_lr:.3g}); regret of the L={p.base_depth} LR there {regret}"
             + (" (extrapolated)" if p.extrapolated else "")
             + (f"; {p.measured_text()}" if p.measured else "")

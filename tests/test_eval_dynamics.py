@@ -403,19 +403,27 @@ def test_the_figure_keeps_nine_long_family_labels_apart(tmp_path, monkeypatch):
                        "expected": -0.5} for i, f in enumerate(families) for q in QUANTITIES for x in fractions],
     }  # fmt: skip
     figures = []
-    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append(fig) or [])
+    monkeypatch.setattr(dp, "save_figure", lambda fig, *a: figures.append((fig, a[1])) or [])
     dp.plot(result, tmp_path / "dynamics")
-    fig = figures[0]
+    # nine families: the exponents in dynamics, the step panels four families a figure (4 + 4 + 1)
+    assert [name for _, name in figures] == ["dynamics", "dynamics_steps_1", "dynamics_steps_2", "dynamics_steps_3"]
+    all_rows = []
+    for fig, _ in figures:
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        axes = fig.axes
+        rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
+        all_rows.append(len(rows))
+        for row in rows:
+            boxes = [ax.title.get_window_extent(renderer) for ax in row]
+            for left, right in zip(boxes, boxes[1:]):
+                assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
+    assert all_rows == [1, 4, 4, 1]
+    assert figures[1][0].axes[4].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    fig = figures[0][0]
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
-    axes = fig.axes
-    rows = [axes[i : i + len(QUANTITIES)] for i in range(0, len(axes), len(QUANTITIES))]
-    assert len(rows) == len(families) + 1
-    for row in rows:
-        boxes = [ax.title.get_window_extent(renderer) for ax in row]
-        for left, right in zip(boxes, boxes[1:]):
-            assert left.x1 <= right.x0, (left, right)  # titles side by side, not over each other
-    assert rows[1][0].get_title().count("\n") == 2  # the long label over two lines, then the quantity
+    rows = [fig.axes]
     assert all(ax.get_legend() is None for ax in rows[-1])
     (legend,) = fig.legends
     assert [t.get_text().replace("\n  ", " ") for t in legend.get_texts()] == families
@@ -466,3 +474,117 @@ def test_the_report_says_the_tables_and_runs_it_read_as_eval_transfer_counts_the
         "value"
     ] == pytest.approx(0.0)
     assert math.copysign(1.0, got["sp"]["expected"]) == 1.0 and "-0.000" not in text
+
+
+def test_the_runs_at_the_best_lr_are_the_ones_eval_transfer_finds_best(tmp_path):
+    """A hand-made results.csv that disagrees with the runs' summary.json: the summaries say LR
+    0.01 ends lower (3.0 against 3.5), the table says 0.04 does at the end (fraction 1: 3.0 against
+    3.5; at 0.5 the other way round). Planted update_ratio ~ L^-1/2 at 0.01 and L^+1/2 at 0.04.
+    eval dynamics now analyses the table's best LR, the best grid point eval transfer reports
+    (transfer.json's best_grid): exponent +0.5 over the runs at 0.04, and a run of the table without
+    summary.json is read from its row. Before, it took the summaries' best LR (exponent -0.5) and
+    refused the run without summary.json."""
+    from eval.dynamics_cmd import write_dynamics
+    from eval.results import read_results
+    from eval.transfer import analyze
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(5)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for L in (2, 4, 8):
+        for lr, summary_loss, end_loss, k in ((0.01, 3.0, 3.5, -0.5), (0.04, 3.5, 3.0, 0.5)):
+            for seed in (0, 1):
+                run_id = f"L{L}-lr{lr}-s{seed}"
+                _family_run(tmp_path, run_id, "depth_mup", L, lr, seed, summary_loss, k, rng)
+                lines.append(f"{run_id},depth_mup,{L},{lr},{seed},1.0,2,64,completed,20,0.5,{6.5 - end_loss}")
+                lines.append(f"{run_id},depth_mup,{L},{lr},{seed},1.0,2,64,completed,40,1.0,{end_loss}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "runs" / "L4-lr0.04-s1" / "summary.json").unlink()
+
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=100, figures=False)
+    assert sorted((r["num_layers"], r["lr"], r["seed"]) for r in result["runs"]) == [
+        (L, 0.04, s) for L in (2, 4, 8) for s in (0, 1)
+    ]
+    (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
+    assert e["value"] == pytest.approx(0.5, abs=0.03) and e["runs_per_depth"] == {"2": 2, "4": 2, "8": 2}
+    transfer = analyze(read_results(tmp_path), fractions=[1.0], n_boot=0)
+    assert {d.depth: 2.0 ** d.best_grid[0] for d in transfer.results[0].depths} == pytest.approx(
+        {2: 0.04, 4: 0.04, 8: 0.04}
+    )
+
+
+def test_a_partly_diverged_lr_counts_its_diverged_seeds_as_eval_transfer_does(tmp_path):
+    """Run directories given alone (no results.csv), L = 2 and 4, LRs 0.01, 0.02, 0.04 with two
+    seeds: at 0.01 both end at 3.0, at 0.04 both at 4.0, at 0.02 seed 0 ends at 2.9 and seed 1
+    diverged. eval transfer counts the diverged seed at the depth's worst finished loss (4.0): 0.02
+    is (2.9 + 4.0) / 2 = 3.45 > 3.0, so 0.01 is the best LR (planted L^-1/2 there, L^+1/2 at 0.02).
+    Before, eval dynamics averaged the survivor alone (2.9) and analysed 0.02 (exponent +0.5)."""
+    from eval.dynamics_cmd import write_dynamics
+
+    rng = np.random.default_rng(6)
+    for L in (2, 4):
+        for lr, losses, k in ((0.01, (3.0, 3.0), -0.5), (0.02, (2.9, None), 0.5), (0.04, (4.0, 4.0), 2.0)):
+            for seed, loss in enumerate(losses):
+                run_id = f"L{L}-lr{lr}-s{seed}"
+                _family_run(tmp_path, run_id, "depth_mup", L, lr, seed, loss, k, rng)
+                if loss is None:
+                    path = tmp_path / "runs" / run_id / "summary.json"
+                    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "diverged"}))
+    result = write_dynamics([tmp_path], tmp_path / "out", fractions=(1.0,), n_boot=50, figures=False)
+    assert sorted((r["num_layers"], r["lr"]) for r in result["runs"]) == [(2, 0.01), (2, 0.01), (4, 0.01), (4, 0.01)]
+    (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
+    assert e["value"] == pytest.approx(-0.5, abs=0.03)
+
+
+def test_sixteen_families_are_drawn_over_figures_a_page_tall(tmp_path):
+    """A sweep of 16 floors (optimizer.min_lr_ratio 0.00 .. 0.15) at L = 2, 4: the exponents of
+    every family in dynamics.png (one row of panels, one legend of 16 entries), the step panels
+    four families a figure in dynamics_steps_1..4.png, each at most 4 panel rows plus its titles
+    tall (under 16 inches), every one linked from dynamics.md. Before: one dynamics.png of 17 panel
+    rows, about 58 inches tall."""
+    from PIL import Image
+
+    from eval.dynamics_cmd import write_dynamics
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(7)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, "optimizer.min_lr_ratio", *TAIL_COLUMNS])]
+    for i in range(16):
+        for L in (2, 4):
+            run_id = f"f{i}-L{L}"
+            _family_run(tmp_path, run_id, "depth_mup", L, 0.01, 0, 3.0, -0.5, rng)
+            lines.append(f"{run_id},depth_mup,{L},0.01,0,1.0,2,64,{i / 100:.2f},completed,40,1.0,3.0")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    result = write_dynamics([tmp_path], out, fractions=(1.0,), n_boot=10)
+    pngs = ["dynamics.png", *(f"dynamics_steps_{i}.png" for i in (1, 2, 3, 4))]
+    assert [f for f in result["files"] if f.endswith(".png")] == pngs
+    assert {f for f in result["files"] if f.endswith(".pdf")} == {p.replace(".png", ".pdf") for p in pngs}
+    text = (out / "dynamics.md").read_text()
+    for name in pngs:
+        with Image.open(out / name) as image:
+            width, height = image.size
+        assert height <= 16 * 150 and width == 4 * 4.2 * 150, (name, image.size)  # 150 dpi, 4 panels wide
+        assert f"]({name})" in text
+    assert len(result["families"]) == 16
+
+
+def test_selection_errors_of_run_directories_name_what_was_read(tmp_path, capsys):
+    """Run directories given alone (no results.csv): --presets and --depths name what was read,
+    their summary.json files, not a results.csv column. Before: "the run directories given:
+    preset(s) ['ode'] not in column 'parametrization.preset'", a column of no file given."""
+    from eval.__main__ import main
+
+    rng = np.random.default_rng(8)
+    for L in (2, 4):
+        _family_run(tmp_path, f"sp-L{L}", "sp", L, 0.01, 0, 3.0, 0.0, rng)
+    dirs = [str(tmp_path / "runs" / f"sp-L{L}") for L in (2, 4)]
+    out = ["--out", str(tmp_path / "o"), "--no-figures", "--bootstrap", "5"]
+    assert main(["dynamics", *dirs, *out, "--presets", "ode"]) == 2
+    said = (
+        "the run directories given: preset(s) ['ode'] not among the presets their summary.json files name; found ['sp']"
+    )
+    assert capsys.readouterr().err == f"error: {said}\n"
+    assert main(["dynamics", *dirs, *out, "--depths", "8"]) == 2
+    said = "the run directories given: --depths [8] not among the depths their summary.json files name (swept: [2, 4])"
+    assert capsys.readouterr().err == f"error: {said}\n"

@@ -1021,3 +1021,49 @@ def test_ten_thousand_runs_are_checked_without_a_loop_over_runs(tmp_path, monkey
         f"{tmp_path / 'bad' / 'results.csv'}: run '{rows[-1]['run_id']}' has different values of column "
         "'model.hidden_size' on lines [20128, 20129]: [128, 256]"
     )
+
+
+def test_equal_optima_print_no_signed_zero(tmp_path, capsys):
+    """Optima planted at log2 LR -6 at L = 4, 8, 16 (loss 3 + 0.1 (log2 lr + 6)^2, seeds -/+ 0.01:
+    the parabola's vertex is exactly -6 at every depth). The least-squares slope is -9e-16 (polyfit
+    over log2 L = 2, 3, 4): transfer.json keeps it, every printed text (stdout, report.md,
+    report.html, the figure's legend) says +0.000. Before: 'slope -0.000'. eval dynamics' table the
+    same: update_ratio 0.01 at every depth gives an exponent of -5.6e-16, printed +0.000."""
+    import math
+
+    from eval.__main__ import main
+    from eval.outputs import number
+    from eval.plots import slope_legend
+    from eval.results import read_results
+    from eval.transfer import analyze
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for L in (4, 8, 16):
+        for x in (-7, -6, -5):
+            for seed, offset in ((0, -0.01), (1, 0.01)):
+                loss = 3.0 + 0.1 * (x + 6) ** 2 + offset
+                lines.append(f"L{L}-x{x}-s{seed},depth_mup,{L},{2.0**x!r},{seed},1.0,4,64,completed,40,1.0,{loss!r}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    assert main(["transfer", str(tmp_path), "--out", str(tmp_path / "out"), "--bootstrap", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert "slope +0.000 [" in printed and "-0.000" not in printed
+    result = json.loads((tmp_path / "out" / "transfer.json").read_text())["results"][0]
+    assert -1e-12 < result["slope"]["value"] < 0  # the value itself: -9.4e-16
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "out" / name).read_text()
+        assert "+0.000" in text and "-0.000" not in text and "-0.00 " not in text, name
+    (r,) = analyze(read_results(tmp_path), fractions=[1.0], n_boot=0).results
+    assert r.slope.slope < 0 and slope_legend(r) == "depth_mup: slope +0.000 (no CI)"
+    assert [number(v, s) for v, s in ((-0.0, "+.3f"), (-4e-4, ".3f"), (-6e-4, ".3f"), (-1e-20, ".3g"))] == [
+        "+0.000",
+        "0.000",
+        "-0.001",
+        "-1e-20",
+    ]
+    from eval.dynamics import markdown
+
+    row = {"family": "sp", "quantity": "update_ratio", "fraction": 1.0, "value": -5.6e-16, "ci": [-0.01, -1e-17],
+           "expected": -0.0, "depths": [4, 8, 16]}  # fmt: skip
+    assert "| +0.000 [-0.010, +0.000] | +0.000 |" in markdown({"exponents": [row]})
+    assert math.copysign(1.0, row["expected"]) == -1.0  # the value is left as it is
