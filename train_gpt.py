@@ -79,6 +79,18 @@ def refused_before_run_dir(message: str) -> None:
     write_attempt_exit(ExitRecord(ExitCode.USAGE, message, int(os.environ.get("RANK", "0"))))
 
 
+def crashed_while_starting(exc: Exception) -> None:
+    """A crash before the Trainer took over (an import failing on a broken node), recorded as
+    exit 1 in this attempt's own file (``$DEPTHMUP_ATTEMPT_EXIT``): srun's --kill-on-bad-exit
+    sends the other ranks SIGTERM while they start, they exit 75 and srun with them, which the
+    job took for a preemption and requeued, up to ``max_requeues`` times, to crash again."""
+    from rundir.contract import ExitCode
+    from rundir.files import ExitRecord, write_attempt_exit
+
+    reason = f"crashed while starting: {type(exc).__name__}: {exc}"
+    write_attempt_exit(ExitRecord(ExitCode.FAILED, reason, int(os.environ.get("RANK", "0"))))
+
+
 def main(argv: list[str] | None = None) -> ExitCode:
     # Until the Trainer installs its preemption flag (SIGTERM/SIGINT then checkpoint and exit 75),
     # a signal stops the start-up with one line and the contract's exit 75: nothing was trained,
@@ -90,6 +102,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
         from jobscripts.parent_death import die_with_parent  # agent left its ranks training on
 
         die_with_parent(os.getppid())  # now they get SIGTERM: checkpoint and exit 75
+    trainer = None
     try:
         from jobscripts.quiet import quiet_libraries
         from rundir.contract import ExitCode
@@ -116,7 +129,12 @@ def main(argv: list[str] | None = None) -> ExitCode:
 
         if received.name is not None:
             raise StartupInterrupted(signal.Signals[received.name])
-        return Trainer(cfg, force=args.force, received=lambda: received.name).run()
+        trainer = Trainer(cfg, force=args.force, received=lambda: received.name)
+        return trainer.run()
+    except Exception as exc:  # the Trainer records its own crashes; after a stop signal a crash
+        if trainer is None and received.name is None:  # may be the stop's doing
+            crashed_while_starting(exc)
+        raise
     except StartupInterrupted as exc:
         for sig in STARTUP_SIGNALS:  # a second Ctrl-C must not turn the one line into a traceback
             signal.signal(sig, signal.SIG_IGN)

@@ -20,7 +20,8 @@
 # A session that ends before the study does commits its last state.tar.gz as
 # docs/studies/<study>/state.tar.gz; a later session's parts restore it when nothing is carried.
 # The study directory may land under another path there: the study rewrites its base config
-# to the new place (study.sweep.AdaptiveSweep._moved).
+# to the new place (study.sweep.AdaptiveSweep._moved), and its runs take the trainer of the
+# checkout there (sweep.yaml records none: docs/launch.md, "Moving a sweep directory").
 # A part ends by the time limit with exit 75 (SIGTERM: the trainers checkpoint and exit 75, the
 # study stops planning) or 124/143 (the limit hit outside a run); every finished run is kept.
 set -u

@@ -3,7 +3,9 @@
 ``train_gpt.py`` takes ``--config FILE [key=value ...] [--force]`` (docs/contracts.md). Which
 program plays ``train_gpt.py`` is injectable so that launch can be built and tested before,
 or independently of, the real trainer: ``--train-cmd`` / a sweep's ``train_cmd`` field /
-``$DEPTHMUP_TRAIN_CMD`` / ``python <repo>/train_gpt.py``, first one set wins.
+``$DEPTHMUP_TRAIN_CMD`` / ``python <repo>/train_gpt.py``, first one set wins. A sweep records
+the first three (``sweep.yaml`` ``train_cmd``); without one it records none, and each ``launch
+run`` takes the running checkout's own trainer (:func:`given_trainer`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,26 @@ def trainer_command(explicit: TrainerSpec = None) -> list[str]:
     if not argv:
         raise LaunchError(f"{source}: empty command")
     return argv
+
+
+def given_trainer(explicit: TrainerSpec = None) -> list[str] | None:
+    """The trainer a user gave (``explicit``, else ``$DEPTHMUP_TRAIN_CMD``) as argv; None where
+    none was given: the toolkit's own, which :func:`trainer_command` resolves where it runs."""
+    if not explicit and not os.environ.get(TRAIN_CMD_ENV):
+        return None
+    return trainer_command(explicit)
+
+
+def old_default_trainer(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` has the form a sweep expanded before :func:`given_trainer` recorded for
+    "no trainer given": ``[<abs path>/python..., <abs path>/train_gpt.py]`` (that checkout's
+    interpreter and trainer, absolute)."""
+    return (
+        len(argv) == 2
+        and all(Path(a).is_absolute() for a in argv)
+        and Path(argv[0]).name.startswith("python")
+        and Path(argv[1]).name == DEFAULT_TRAINER_SCRIPT.name
+    )
 
 
 def yaml_value(value: Any) -> str:

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from jobscripts.scripts import SlurmOptions
 from launch import attempts
+from launch.commands import TRAIN_CMD_ENV
 from launch.errors import LaunchError
 from launch.gpu_share import (
     PACKING_MARGIN,
@@ -583,8 +584,17 @@ def check_sources(sweep_dir: Path, plan: SweepPlan, runs: Sequence[PlannedRun]) 
 def check_trainer(plan: SweepPlan) -> None:
     """Refuse to start when the trainer command or script is missing (every run would fail
     with python's exit 2 and be recorded as an invalid config)."""
-    if not shutil.which(plan.train_cmd[0]):
-        raise LaunchError(f"trainer command not found: {plan.train_cmd[0]!r} (sweep.yaml train_cmd: {plan.train_cmd})")
-    script = next((a for a in plan.train_cmd[1:2] if a.endswith(".py")), None)
+    argv = plan.trainer()
+    if plan.trainer_is_given():  # the user's, kept as given: say where it comes from and how to change it
+        where = (
+            f"sweep.yaml train_cmd: {argv}, given when the sweep was expanded (the spec's train_cmd, "
+            "--train-cmd or $DEPTHMUP_TRAIN_CMD); set `train_cmd: null` in sweep.yaml for this checkout's "
+            "train_gpt.py, or expand it again: `launch sweep SPEC --sweep-dir DIR [--train-cmd CMD]`"
+        )
+    else:
+        where = f"this checkout's trainer, or ${TRAIN_CMD_ENV}: {argv}"
+    if not shutil.which(argv[0]):
+        raise LaunchError(f"trainer command not found: {argv[0]!r} ({where})")
+    script = next((a for a in argv[1:2] if a.endswith(".py")), None)
     if script is not None and not Path(script).is_file():
-        raise LaunchError(f"trainer script not found: {script!r} (sweep.yaml train_cmd: {plan.train_cmd})")
+        raise LaunchError(f"trainer script not found: {script!r} ({where})")

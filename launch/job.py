@@ -191,22 +191,12 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         print(f"[launch] warning: {warning}", file=sys.stderr)
     if dry_run:
         sys.stdout.write(job.script)
-        print(f"[launch] dry run: would write {job.script_path} and run it", file=sys.stderr)
+        written = job.script_path.with_stem(f"{job.script_path.stem}-<UTC time>") if job.launcher == "slurm" else None
+        print(f"[launch] dry run: would write {written or job.script_path} and "
+              f"{'submit' if written else 'run'} it", file=sys.stderr)  # fmt: skip
         return ExitCode.OK
-    if job.attempt_script is None:  # slurm: the submission's record
-        atomic_write_text(job.script_path, job.script)
-        job.script_path.chmod(0o755)
-        print(f"[launch] wrote {job.script_path}", file=sys.stderr)
     if job.launcher == "slurm":
-        try:
-            job_id = sbatch.submit(job.script_path, job.slurm_output or "slurm-%j.out")
-        except sbatch.SubmitError as exc:
-            print(f"[launch] {exc}", file=sys.stderr)
-            return ExitCode.FAILED
-        record = {"job_id": job_id, "script": str(job.script_path), "submitted_at": _now()}
-        atomic_write_text(job.script_path.parent / "slurm_job.json", json.dumps(record, indent=1) + "\n")
-        print(f"submitted batch job {job_id}")
-        return ExitCode.OK
+        return _submit(job)
     assert job.attempt_exit is not None and job.attempt_script is not None
     if run_locked(job.run_dir):  # seen from here: nothing to start, nothing to write
         print(f"[launch] {job.run_dir} is in use by another process on this host (its run lock is held): "
@@ -234,6 +224,46 @@ def run_job(req: JobRequest, *, dry_run: bool = False) -> ExitCode:
         os.replace(script, job.script_path)
         print(f"[launch] kept as {job.script_path}", file=sys.stderr)
     return code if code >= 0 else 128 - code
+
+
+SLURM_RECORD = "slurm_job.json"  # the latest submission's record, as slurm.sbatch is its script
+
+
+def _submit(job: PreparedJob) -> ExitCode:
+    """Submit ``job`` under a script of this submission's own, ``launch/slurm-<UTC time>.sbatch``,
+    and record it in ``slurm_job-<UTC time>.json``: an earlier submission, maybe still queued,
+    keeps its script and record, and an sbatch whose answer was lost finds its job by that script
+    alone (:func:`jobscripts.sbatch.submit`), never an older job of the run's. ``slurm.sbatch``
+    and ``slurm_job.json`` are copies of the latest submission's."""
+    folder = job.script_path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    tag, n = stamp, 1
+    while True:  # the name claimed with O_EXCL: two submissions in the same microsecond get two
+        own = folder / f"{job.script_path.stem}-{tag}{job.script_path.suffix}"
+        try:
+            os.close(os.open(own, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755))
+            break
+        except FileExistsError:
+            n += 1
+            tag = f"{stamp}-{n}"
+    atomic_write_text(own, job.script)
+    own.chmod(0o755)
+    print(f"[launch] wrote {own}", file=sys.stderr)
+    try:
+        job_id = sbatch.submit(own, job.slurm_output or "slurm-%j.out")
+    except sbatch.SubmitError as exc:
+        if not exc.unknown:  # nothing of it is queued: the script would only mislead
+            own.unlink(missing_ok=True)
+        print(f"[launch] {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    record = json.dumps({"job_id": job_id, "script": str(own), "submitted_at": _now()}, indent=1) + "\n"
+    atomic_write_text(folder / f"{Path(SLURM_RECORD).stem}-{tag}.json", record)
+    atomic_write_text(job.script_path, job.script)
+    job.script_path.chmod(0o755)
+    atomic_write_text(folder / SLURM_RECORD, record)
+    print(f"submitted batch job {job_id}")
+    return ExitCode.OK
 
 
 def _count_hosts(hostfile: Path) -> int:

@@ -11,9 +11,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from launch.commands import TrainInvocation, format_override
+from launch.commands import TrainInvocation, format_override, old_default_trainer, trainer_command
 from launch.errors import LaunchError
 from rundir.contract import INIT_FROM_KEY, RUNS_DIR
 
@@ -68,7 +68,10 @@ class SweepPlan:
     grid: dict[str, list[Any]]  # dotted key -> expanded values, in spec order
     executor: ExecutorSettings
     slurm: dict[str, Any]  # launch.scripts.SlurmOptions fields
-    train_cmd: list[str]
+    # The trainer the user gave at expansion (the spec's train_cmd, --train-cmd, $DEPTHMUP_TRAIN_CMD);
+    # None: the toolkit's own, resolved where the sweep runs (:meth:`trainer`), so that the sweep
+    # directory can move to a machine whose checkout lies elsewhere.
+    train_cmd: Optional[list[str]]
     runs: list[PlannedRun] = field(default_factory=list)
     # The runs' megatron index cache in SWEEP_DIR/runs/.index_cache, one for the sweep (set at
     # expansion where the config gives no data.cache_dir); each run wrote its own, 38.8 MB each.
@@ -78,6 +81,21 @@ class SweepPlan:
     # sweep directory and its source sweep can move together (another disk, a GPU node) and keep
     # their run IDs and sources. Empty in sweeps expanded before this: absolute paths there.
     sweep_relative: list[str] = field(default_factory=list)
+    # True where train_cmd was given, False where none was. None: a sweep expanded before this,
+    # which recorded "none given" as the expanding checkout's absolute python and train_gpt.py
+    # (launch.commands.old_default_trainer): taken as none given.
+    train_cmd_given: Optional[bool] = None
+
+    def trainer_is_given(self) -> bool:
+        """Whether :attr:`train_cmd` is a trainer the user gave (kept as written), not the toolkit's own."""
+        if not self.train_cmd:
+            return False
+        return self.train_cmd_given if self.train_cmd_given is not None else not old_default_trainer(self.train_cmd)
+
+    def trainer(self) -> list[str]:
+        """The trainer command here: :attr:`train_cmd` where given, else this checkout's (its python
+        and train_gpt.py, or $DEPTHMUP_TRAIN_CMD where set now)."""
+        return list(self.train_cmd) if self.trainer_is_given() else trainer_command(None)
 
     def run(self, run_id: str) -> PlannedRun:
         for run in self.runs:
@@ -92,7 +110,7 @@ class SweepPlan:
         overrides.append(format_override("run.dir", str(sweep_dir / RUNS_DIR / run.run_id)))
         if self.shared_index_cache:  # not part of the run's ID, as run.dir
             overrides.append(format_override(CACHE_DIR_KEY, str(sweep_dir / RUNS_DIR / SHARED_INDEX_CACHE)))
-        return TrainInvocation(tuple(self.train_cmd), str(sweep_dir / BASE_SNAPSHOT), tuple(overrides))
+        return TrainInvocation(tuple(self.trainer()), str(sweep_dir / BASE_SNAPSHOT), tuple(overrides))
 
     def point(self, sweep_dir: Path, run: PlannedRun) -> dict[str, Any]:
         """``run``'s grid values as the trainer takes them: :attr:`sweep_relative` paths joined to

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from jobscripts.scripts import SlurmOptions
-from launch.commands import TrainerSpec, format_override, trainer_command
+from launch.commands import TrainerSpec, format_override, given_trainer
 from launch.errors import LaunchError
 from launch.run_configs import RunConfigs, config_values, flat_config
 from launch.run_ids import run_id
@@ -53,7 +53,7 @@ class SweepSpec:
     allow_grid_keys: list[str] = field(default_factory=list)  # opt-in for guarded grid keys
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
-    train_cmd: Any = None  # list or string; default: $DEPTHMUP_TRAIN_CMD, else python train_gpt.py
+    train_cmd: Any = None  # list or string; default: $DEPTHMUP_TRAIN_CMD, else the running checkout's train_gpt.py
     # set by `launch demo` in the spec it writes (the study's name): that sweep's runs are the
     # study planner's, so `launch sweep` refuses the spec (`launch run`/`status` take the sweep dir)
     study: Optional[str] = None
@@ -443,6 +443,8 @@ def expand(
         seen[rid] = point
         runs.append(PlannedRun(rid, point, resolved))
 
+    # none given: None, the toolkit's own where the sweep runs (a sweep directory moves between checkouts)
+    given = given_trainer(train_cmd if train_cmd is not None else spec.train_cmd)
     return SweepPlan(
         name=spec.name,
         spec_file=str(spec_path),
@@ -451,7 +453,8 @@ def expand(
         grid=grid,
         executor=spec.executor,
         slurm=asdict(spec.slurm),
-        train_cmd=trainer_command(train_cmd if train_cmd is not None else spec.train_cmd),
+        train_cmd=given,
+        train_cmd_given=given is not None,
         runs=runs,
         shared_index_cache=base_flat[CACHE_DIR_KEY] is None and CACHE_DIR_KEY not in grid,
         sweep_relative=[INIT_FROM_KEY] if branches is not None else [],

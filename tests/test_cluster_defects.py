@@ -333,6 +333,26 @@ for p in "${pids[@]}"; do wait $p; c=$?; echo $c >> "$SRUN_CODES"; if [ $c -gt $
 exit $code"""
 
 
+def _srun_job(tmp_path: Path, run_dir: Path, srun: str, **env: str):
+    """A `launch job --launcher slurm --slurm-mode srun` script of 2 ranks (real train_gpt.py, a tiny
+    model) written where it goes, and the environment to run it in: ``srun`` the stub srun's body,
+    squeue says RUNNING, scontrol requeue calls logged in scontrol.calls, each rank's code in codes."""
+    from launch.job import JobRequest, prepare_job
+    from tests.conftest import free_port
+
+    small = ["model.hidden_size=32", "parametrization.base_hidden_size=32", "model.num_layers=2",
+             "parametrization.base_num_layers=2", "scheduler.warmup_steps=1", "training.steps=2"]  # fmt: skip
+    req = JobRequest(str(TINY_BASE), [f"run.dir={run_dir}", *small], launcher="slurm", slurm_mode="srun",
+                     nproc_per_node=2, master_port=free_port(), cwd=str(REPO))  # fmt: skip
+    job = prepare_job(req)
+    job.script_path.parent.mkdir(parents=True)
+    job.script_path.write_text(job.script)
+    stubs = {"srun": srun, "squeue": "echo RUNNING", "scontrol": f'''case "$1" in show) echo 127.0.0.1;;
+             *) echo "$@" >> "{tmp_path}/scontrol.calls";; esac'''}  # fmt: skip
+    return job, env_with(PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_NODELIST="localhost",
+                         OMP_NUM_THREADS="1", SRUN_CODES=str(tmp_path / "codes"), **env)  # fmt: skip
+
+
 def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path, monkeypatch):
     """A `launch job --launcher slurm --slurm-mode srun` script (2 ranks, real train_gpt.py) runs
     while another job's trainer holds the run lock: rank 0 exits 4 and writes nothing into the
@@ -341,24 +361,10 @@ def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path,
     otherwise: the job ended 137 (FAILED, as a killed job). Now the
     script names this run of the job's own file ($DEPTHMUP_ATTEMPT_EXIT, by job id and requeue
     count) and jobscripts.requeue reads it first: the job exits 4, not requeued."""
-    from launch.job import JobRequest, prepare_job
-    from tests.conftest import free_port
-
     monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    small = ["model.hidden_size=32", "parametrization.base_hidden_size=32", "model.num_layers=2",
-             "parametrization.base_num_layers=2", "scheduler.warmup_steps=1", "training.steps=2"]  # fmt: skip
-    req = JobRequest(str(TINY_BASE), [f"run.dir={run_dir}", *small], launcher="slurm", slurm_mode="srun",
-                     nproc_per_node=2, master_port=free_port(), cwd=str(REPO))  # fmt: skip
-    job = prepare_job(req)
-    job.script_path.parent.mkdir(parents=True)
-    job.script_path.write_text(job.script)
-    stubs = {"srun": SRUN_WAIT_ALL, "squeue": "echo RUNNING", "scontrol": f'''case "$1" in show) echo 127.0.0.1;;
-             *) echo "$@" >> "{tmp_path}/scontrol.calls";; esac'''}  # fmt: skip
-    env = env_with(PATH=f"{stub_bin(tmp_path, stubs)}:{os.environ['PATH']}", SLURM_JOB_ID="31",
-                   SLURM_RESTART_COUNT="2", SLURM_JOB_NODELIST="localhost", OMP_NUM_THREADS="1",
-                   SRUN_CODES=str(tmp_path / "codes"))  # fmt: skip
+    job, env = _srun_job(tmp_path, run_dir, SRUN_WAIT_ALL, SLURM_JOB_ID="31", SLURM_RESTART_COUNT="2")
     with open(run_dir / ".lock", "a") as held:  # the owner: another job's trainer
         fcntl.flock(held, fcntl.LOCK_EX)
         done = subprocess.run(["bash", str(job.script_path)], env=env, capture_output=True, text=True, timeout=300)
@@ -370,6 +376,84 @@ def test_an_srun_job_locked_out_of_its_run_exits_4_and_is_not_requeued(tmp_path,
     assert (record["exit_code"], record["status"]) == (4, "busy") and record["rank"] in (0, 1)
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "launch"]  # nothing in the owner's directory
     assert not (tmp_path / "scontrol.calls").exists()  # not requeued
+
+
+# srun --kill-on-bad-exit=1 as SLURM does it: when a task exits non-zero the others get SIGTERM
+# (SIGKILL after KillWait, here 20 s); srun exits with the highest code. Task $SRUN_BROKEN_RANK
+# runs on a broken node: $SRUN_BROKEN_PATH first on its PYTHONPATH. Each task's code in $SRUN_CODES.
+SRUN_KILL_ON_BAD_EXIT = """while [[ "$1" == --* ]]; do shift; done
+pids=()
+for r in 0 1; do
+  pp=$PYTHONPATH; [ "$r" = "$SRUN_BROKEN_RANK" ] && pp=$SRUN_BROKEN_PATH:$PYTHONPATH
+  SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r PYTHONPATH=$pp "$@" & pids+=($!)
+done
+wait -n "${pids[@]}"; code=$?
+killer=
+if [ $code -ne 0 ]; then
+  kill -TERM "${pids[@]}" 2>/dev/null; (sleep 20; kill -9 "${pids[@]}") >/dev/null 2>&1 & killer=$!
+fi
+for p in "${pids[@]}"; do wait $p; c=$?; echo $c >> "$SRUN_CODES"; if [ $c -gt $code ]; then code=$c; fi; done
+[ -n "$killer" ] && kill $killer 2>/dev/null
+exit $code"""
+
+
+def test_an_srun_job_whose_rank_crashes_at_start_exits_1_and_is_not_requeued(tmp_path, monkeypatch):
+    """A `launch job --launcher slurm --slurm-mode srun` script (2 ranks, real train_gpt.py) where
+    rank 1's node is broken: importing the trainer fails (megatron's ImportError). --kill-on-bad-exit sends
+    rank 0 SIGTERM while it starts: it exits 75 (interrupted while starting), or 137 where it was
+    killed; srun exits that. Before, nothing said otherwise: the job took the 75 for a preemption
+    and requeued itself, up to max_requeues (20) times, to crash again each time (or ended 137,
+    read as killed). Now the crashing rank records exit 1 in this run of the job's own file
+    ($DEPTHMUP_ATTEMPT_EXIT), which jobscripts.requeue reads first: the job exits 1, not requeued."""
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD", raising=False)  # the real train_gpt.py
+    broken = tmp_path / "broken_node" / "megatron"  # shadows megatron-core (the script's folder comes first)
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(
+        'raise ImportError("libcudart.so.12: cannot open shared object file: No such file or directory")\n'
+    )
+    run_dir = tmp_path / "run"
+    job, env = _srun_job(tmp_path, run_dir, SRUN_KILL_ON_BAD_EXIT, SLURM_JOB_ID="32", SLURM_RESTART_COUNT="0",
+                         SRUN_BROKEN_RANK="1", SRUN_BROKEN_PATH=str(broken.parent))  # fmt: skip
+    done = subprocess.run(["bash", str(job.script_path)], env=env, capture_output=True, text=True, timeout=300)
+    codes = (tmp_path / "codes").read_text().split()
+    assert codes[1] == "1" and codes[0] in ("75", "137"), (codes, done.stderr[-3000:])
+    assert done.returncode == 1, done.stderr[-3000:]
+    record = json.loads((run_dir / "launch" / "exit-32-0.json").read_text())
+    assert (record["exit_code"], record["status"], record["rank"]) == (1, "failed", 1)
+    assert "ImportError: libcudart.so.12" in record["reason"]
+    assert not (tmp_path / "scontrol.calls").exists()  # not requeued
+
+
+@pytest.mark.parametrize("signal_first", [None, "SIGTERM"])
+def test_a_rank_crashing_while_its_session_is_built_records_exit_1_unless_it_was_stopped(
+    tmp_path, monkeypatch, signal_first
+):
+    """The same for a crash inside the Trainer's start-up (building the session) on rank 1, which
+    writes no summary: this attempt's own file says 1. A rank that got a stop signal first writes
+    nothing there (its crash may be the stop's doing: a preemption must still requeue)."""
+    from runconfig import load_config
+    from runconfig.schema import RunConfig
+    from rundir.contract import ATTEMPT_EXIT_ENV
+    from training import runner
+
+    def broken_node(*_args, **_kwargs):
+        raise RuntimeError("CUDA error: no CUDA-capable device is detected")
+
+    own = tmp_path / "exit-7-0.json"
+    monkeypatch.setenv(ATTEMPT_EXIT_ENV, str(own))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(runner, "build_session", broken_node)
+    cfg = load_config(RunConfig, str(TINY_BASE), [f"run.dir={tmp_path / 'run'}"])
+    assert runner.Trainer(cfg, received=lambda: signal_first).run() == 1
+    if signal_first:
+        assert not own.exists()
+    else:
+        record = json.loads(own.read_text())
+        assert (record["exit_code"], record["status"], record["rank"]) == (1, "failed", 1)
+        assert (
+            record["reason"] == "crashed while starting: RuntimeError: CUDA error: no CUDA-capable device is detected"
+        )
+    assert not (tmp_path / "run" / "summary.json").exists()  # rank 1 writes none
 
 
 def test_data_prep_stages_have_short_distinct_job_names(tmp_path):

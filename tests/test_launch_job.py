@@ -134,10 +134,39 @@ def test_slurm_srun_mode_maps_slurm_variables_per_task(tmp_path, capsys, cluster
 def test_slurm_submission_keeps_script_and_parses_job_id(tmp_path, cluster):
     run_dir = tmp_path / "100% run"
     assert main(["job", "--config", str(TINY_BASE), _override(run_dir), "--launcher", "slurm"]) == 0
-    script = run_dir / "launch" / "slurm.sbatch"
+    (script,) = (run_dir / "launch").glob("slurm-*.sbatch")  # this submission's own
     (call,) = dumps(cluster, "sbatch")
     assert call["argv"] == ["--parsable", f"--output={tmp_path}/100%% run/launch/slurm-%j.out", str(script)]
-    assert json.loads((run_dir / "launch" / "slurm_job.json").read_text())["job_id"] == "4242"
+    record = json.loads((run_dir / "launch" / "slurm_job.json").read_text())
+    assert (record["job_id"], record["script"]) == ("4242", str(script))
+    assert (run_dir / "launch" / "slurm.sbatch").read_text() == script.read_text()  # the latest's, as before
+
+
+def test_each_slurm_submission_keeps_its_own_script_and_an_old_queued_job_is_not_taken_for_a_new_one(
+    tmp_path, cluster, monkeypatch
+):
+    """A second `launch job --launcher slurm` of the same run, the first job still queued, and the
+    controller loses sbatch's answer: squeue lists the first job (4242) under its script. The new
+    submission must not be taken for it: it is found by its own script only (none: sbatch again,
+    job 5151), and both submissions keep their script and record."""
+    run_dir = tmp_path / "run"
+    argv = ["job", "--config", str(TINY_BASE), _override(run_dir), "--launcher", "slurm"]
+    assert main(argv) == 0
+    first = json.loads((run_dir / "launch" / "slurm_job.json").read_text())
+    lost = tmp_path / "lost_once"
+    stubs = {
+        "sbatch": f'[ -e "{lost}" ] && {{ echo 5151; exit 0; }}; touch "{lost}"; '
+        'echo "sbatch: error: Socket timed out on send/recv operation" >&2; exit 1',
+        "squeue": f'echo "4242|{first["script"]}"',  # the first job, still queued
+    }
+    stub_bin(tmp_path, stubs)
+    monkeypatch.setattr("jobscripts.slurm_cli.RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    assert main(argv) == 0
+    second = json.loads((run_dir / "launch" / "slurm_job.json").read_text())
+    assert (first["job_id"], second["job_id"]) == ("4242", "5151")
+    assert first["script"] != second["script"] and Path(first["script"]).is_file() and Path(second["script"]).is_file()
+    records = sorted(json.loads(p.read_text())["job_id"] for p in (run_dir / "launch").glob("slurm_job-*.json"))
+    assert records == ["4242", "5151"]
 
 
 def _remote_argv(user_script: str, user_args: list[str]) -> list[str]:

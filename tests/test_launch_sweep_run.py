@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from launch import attempts
 from launch.__main__ import main
@@ -121,7 +122,7 @@ def _pid_gone(pid: int) -> bool:
 
 def test_sigkilled_sweep_resumes_only_missing_runs_without_duplicates(tmp_path, monkeypatch):
     grid = {"model.num_layers": [2, 4], "optimizer.lr": {"log2_range": [-10, -6, 2]}}  # 6 runs, 2 diverge
-    spec = _spec(tmp_path, steps=40, grid=grid)
+    spec = _spec(tmp_path, steps=60, grid=grid)
     sweep_dir = tmp_path / "sw"
     write_plan(sweep_dir, expand(spec, load_spec(spec)))
     runs = _runs(sweep_dir)
@@ -430,5 +431,74 @@ def test_missing_trainer_script_stops_the_sweep_before_any_run(tmp_path, monkeyp
     monkeypatch.setenv("DEPTHMUP_TRAIN_CMD", f"{sys.executable} {missing}")
     sweep_dir = tmp_path / "sw"
     assert main(["sweep", str(_spec(tmp_path)), "--sweep-dir", str(sweep_dir), "--no-progress"]) != 0
-    assert f"trainer script not found: {str(missing)!r}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"trainer script not found: {str(missing)!r}" in err
+    # a trainer the user gave is kept as given, even in the form of the toolkit's own: the message
+    # names sweep.yaml's key and how to change it
+    assert "sweep.yaml train_cmd:" in err and "set `train_cmd: null` in sweep.yaml" in err
     assert all(not (rd / "launch" / "attempts.json").exists() for rd in _runs(sweep_dir).values())
+    # as it says: `train_cmd: null` is this checkout's trainer ($DEPTHMUP_TRAIN_CMD where set: the stand-in)
+    data = yaml.safe_load((sweep_dir / "sweep.yaml").read_text())
+    assert data["train_cmd"] == [sys.executable, str(missing)] and data["train_cmd_given"] is True
+    data["train_cmd"] = None
+    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    use_fake_trainer(monkeypatch)
+    first, first_dir = next(iter(_runs(sweep_dir).items()))
+    assert main(["run", str(sweep_dir), "--no-progress", "--only", first]) == 0
+    assert len(starts(first_dir)) == 1
+
+
+def _written_elsewhere(tmp_path: Path, train_cmd: list[str] | None, given: bool | None) -> Path:
+    """A 2-run sweep directory as a checkout at another path wrote it: ``train_cmd`` in its sweep.yaml
+    and ``train_cmd_given`` as ``given`` (None: no such key, as in a sweep expanded before it)."""
+    grid = {"model.num_layers": [2], "parametrization.preset": ["sp", "depth_mup"], "optimizer.lr": [2.0**-10]}
+    tmp_path.mkdir(exist_ok=True)
+    spec = _spec(tmp_path, steps=6, grid=grid)
+    sweep_dir = tmp_path / "node" / "sw"
+    sweep_dir.mkdir(parents=True)
+    write_plan(sweep_dir, expand(spec, load_spec(spec), sweep_dir=sweep_dir))
+    data = yaml.safe_load((sweep_dir / "sweep.yaml").read_text())
+    data["train_cmd"] = train_cmd
+    data.pop("train_cmd_given", None)
+    if given is not None:
+        data["train_cmd_given"] = given
+    (sweep_dir / "sweep.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return sweep_dir
+
+
+def test_a_sweep_moved_between_checkouts_runs_the_trainer_of_the_checkout_it_runs_in(tmp_path, monkeypatch):
+    """No trainer given: sweep.yaml records none, and `launch run` takes the running checkout's (its
+    python and train_gpt.py, or $DEPTHMUP_TRAIN_CMD set now); sweep.yaml files from before, which
+    recorded the expanding checkout's absolute python and train_gpt.py, are read the same way."""
+    monkeypatch.delenv("DEPTHMUP_TRAIN_CMD")
+    spec = _spec(tmp_path, steps=6)
+    plan = expand(spec, load_spec(spec), sweep_dir=tmp_path / "sw")
+    assert plan.train_cmd is None and plan.train_cmd_given is False
+    assert plan.trainer() == [sys.executable, str(REPO / "train_gpt.py")]
+    # the run IDs do not depend on the trainer: the same with a trainer given
+    given = expand(spec, load_spec(spec), "python /elsewhere/train_gpt.py", sweep_dir=tmp_path / "sw")
+    assert given.train_cmd == ["python", "/elsewhere/train_gpt.py"] and given.train_cmd_given is True
+    assert [r.run_id for r in given.runs] == [r.run_id for r in plan.runs] and len(plan.runs) == 12
+
+    laptop = [sys.executable.replace("/bin/", "/laptop-bin/"), str(tmp_path / "laptop" / "depthmup" / "train_gpt.py")]
+    for train_cmd, given_flag in ((None, False), (laptop, None)):
+        sweep_dir = _written_elsewhere(tmp_path / str(given_flag), train_cmd, given_flag)
+        assert read_plan(sweep_dir).trainer_is_given() is False
+        use_fake_trainer(monkeypatch)  # this checkout's trainer, set now
+        assert main(["run", str(sweep_dir), "--no-progress"]) == 0
+        runs = _runs(sweep_dir)
+        assert len(runs) == 2 and all(len(starts(rd)) == 1 for rd in runs.values())
+        assert {r["status"] for r in read_csv(sweep_dir / "results.csv")} == {"completed"}
+        monkeypatch.delenv("DEPTHMUP_TRAIN_CMD")
+
+
+def test_a_trainer_given_in_another_form_is_kept_in_an_old_sweep_file(tmp_path, monkeypatch, capsys):
+    """An old sweep.yaml's train_cmd that is not the old default's form (here a wrapper) is a trainer
+    the user gave: kept, and refused where it is missing, naming sweep.yaml's key."""
+    wrapper = str(tmp_path / "laptop" / "bin" / "my-trainer")
+    sweep_dir = _written_elsewhere(tmp_path, [wrapper, "--fast"], None)
+    assert read_plan(sweep_dir).trainer() == [wrapper, "--fast"]
+    assert main(["run", str(sweep_dir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"trainer command not found: {wrapper!r} (sweep.yaml train_cmd: [{wrapper!r}, '--fast']" in err
+    assert not any(starts(rd) for rd in _runs(sweep_dir).values())

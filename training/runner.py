@@ -150,6 +150,14 @@ class Trainer:
                 if self.is_main:
                     log.error("run failed:\n%s", traceback.format_exc())
                 ending = Ending(Status.FAILED, f"{type(exc).__name__}: {exc}")
+                if self.session_start is None and not (flag.signal or self.received()):
+                    # crashed while starting, unasked (after a stop signal a crash may be the stop's
+                    # doing): on any rank, this attempt's own file says 1, since srun's kill-on-bad-exit
+                    # stops the other ranks while they start, they exit 75 (a preemption to requeue),
+                    # and srun with them (train_gpt.crashed_while_starting: a crash before this)
+                    write_attempt_exit(
+                        ExitRecord(ExitCode.FAILED, f"crashed while starting: {ending.reason}", self.rank)
+                    )
             self._finish(ending)
             return ending.exit_code
         finally:
