@@ -177,4 +177,6 @@ def _array_task(args: argparse.Namespace) -> ExitCode:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jobscripts.cli import exit_with
+
+    exit_with(main)

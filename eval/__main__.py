@@ -79,4 +79,6 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jobscripts.cli import exit_with
+
+    exit_with(main)

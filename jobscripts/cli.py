@@ -1,4 +1,5 @@
-"""What every entry point's ``--help`` shows: each option's default, where it has one.
+"""What every entry point's ``--help`` shows: each option's default, where it has one; and
+its exit when stdout's reader went away (:func:`exit_with`).
 
 argparse prints a default only where the help text spells it out, and nothing for an option
 without help, so ``--master-port`` or ``--steps`` read as if they had none. :func:`state_defaults`
@@ -9,7 +10,11 @@ walks a parser (and its subcommands' parsers) once it is built and ends each opt
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 _NOTHING_TO_STATE = (None, False, argparse.SUPPRESS)
 # help that already states its default: "(default: the latest)", "(default 1: three points)",
@@ -43,3 +48,19 @@ def state_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         shown = _shown(default).replace("%", "%%")  # argparse expands help with %-formatting
         action.help = f"{text} (default: {shown})" if text else f"default: {shown}"
     return parser
+
+
+def exit_with(main: Callable[[], int]) -> NoReturn:
+    """``sys.exit(main())``, quietly where the reader of stdout went away (``status | head``):
+    Python would print a BrokenPipeError traceback, once in the command and once more at exit
+    when it flushes stdout. Exit 141, as a shell reports a command killed by SIGPIPE."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+        code = BROKEN_PIPE
+    sys.exit(code)
+
+
+BROKEN_PIPE = 128 + 13  # SIGPIPE

@@ -289,4 +289,6 @@ def main(argv: Optional[Sequence[str]] = None) -> ExitCode:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jobscripts.cli import exit_with
+
+    exit_with(main)

@@ -119,4 +119,6 @@ def main(argv: list[str] | None = None) -> ExitCode:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jobscripts.cli import exit_with
+
+    exit_with(main)
