@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import select
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -58,9 +59,21 @@ def exit_with(main: Callable[[], int]) -> NoReturn:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe (a child's, a socket): a real error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
         code = BROKEN_PIPE
     sys.exit(code)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 BROKEN_PIPE = 128 + 13  # SIGPIPE

@@ -38,6 +38,22 @@ def test_a_closed_pipe_ends_the_command_with_141_and_no_traceback():
     assert done.returncode == 141
 
 
+def test_a_broken_pipe_other_than_stdout_is_still_an_error():
+    """Only stdout's reader going away is quiet: a BrokenPipeError from another pipe (a child
+    process that died) keeps its traceback and exit 1."""
+    other = (
+        "import subprocess, sys\nfrom jobscripts.cli import exit_with\n"
+        "def main():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'pass'], stdin=subprocess.PIPE)\n"
+        "    child.wait()\n"
+        "    child.stdin.write(b'x' * 1000000)\n"
+        "    child.stdin.flush()\n"
+        "exit_with(main)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 1 and "BrokenPipeError" in done.stderr
+
+
 @pytest.mark.parametrize(
     "module", ["launch/__main__.py", "eval/__main__.py", "data_prep/__main__.py", "training/show.py"]
 )
