@@ -412,6 +412,21 @@ def test_doc_synopses_show_each_options_default():
     assert shown >= 10
 
 
+@pytest.mark.parametrize("module", sorted({module for module, _, _ in COMMANDS}))
+def test_every_option_is_named_in_the_docs(module):
+    """Each option an entry point's --help lists is named somewhere in README.md or docs/*.md:
+    `training.export_hf --parity-sequences`, `data_prep.registry_corpora --cache` and
+    `jobscripts.requeue --on-exit` were in --help only."""
+    text = "".join(p.read_text() for p in (ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))))
+    missing = [
+        f"{where} {action.option_strings[-1]}".strip()
+        for where, action in _options(_parser_of(module))
+        if action.option_strings[-1] != "--help"
+        and not re.search(rf"(?<![\w-]){re.escape(action.option_strings[-1])}(?![\w-])", text)
+    ]
+    assert not missing, f"python -m {module}: options no doc names: {missing}"
+
+
 def test_eval_doc_synopses_list_every_option():
     """docs/eval.md's usage lines are each command's whole synopsis (a command with two forms has
     two): `lm-eval --dtype` was in --help and not in the doc, which said the dtype was fixed."""
