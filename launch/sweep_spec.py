@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -60,8 +61,12 @@ class SweepSpec:
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
+    overrides = [_grid_entry_override(o) for o in overrides]
+    # a grid entry given on the command line replaces the file's (a merge would keep the file's
+    # `log2_range` beside a given `values`, and cannot put a list where the file has a mapping)
+    replaced = [m.group(1) for o in overrides if (m := re.match(r"grid\[([^\]]+)\]=", o))]
     try:
-        return load_config(SweepSpec, path, [_grid_entry_override(o) for o in overrides])
+        return load_config(SweepSpec, path, overrides, extra=[{"grid": dict.fromkeys(replaced)}] if replaced else ())
     except ConfigError as exc:
         raise LaunchError(f"sweep spec {exc}{_run_key_hint(overrides)}") from None
 

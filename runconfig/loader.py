@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 T = TypeVar("T")
@@ -181,6 +181,8 @@ class ConfigBuilder:
             return OmegaConf.merge(merged, layer)  # a new tree: ``merged`` is left as it was
         except OmegaConfBaseException as exc:
             raise ConfigError(f"{source}: {_describe(exc, self.schema)}") from exc
+        except TypeError as exc:  # OmegaConf's bare "Cannot merge incompatible container types"
+            raise ConfigError(f"{source}: {_container_clash(merged, layer) or exc}") from exc
 
     def build(self, overrides: Sequence[str] = ()) -> T:
         """A validated ``schema`` instance: defaults <- file <- extra dicts <- ``overrides``."""
@@ -224,6 +226,25 @@ def _rebuilt(obj: Any, values: dict[str, Any], prefix: str) -> Any:
     if not prefix and values:
         raise KeyError(next(iter(values)))
     return type(obj)(**kwargs)
+
+
+def _container_clash(old: Any, new: Any, key: str = "") -> str | None:
+    """Where ``new`` puts a list on a mapping of ``old``, or a mapping on a list: a key whose schema
+    type is free (``Any``, a sweep's grid entries and fixed overrides), which OmegaConf's merge
+    refuses with a bare ``TypeError`` naming no key."""
+    if isinstance(old, DictConfig | ListConfig):
+        old = OmegaConf.to_container(old)
+    if isinstance(new, DictConfig | ListConfig):
+        new = OmegaConf.to_container(new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name, value in new.items():
+            if name in old and (found := _container_clash(old[name], value, f"{key}.{name}" if key else str(name))):
+                return found
+        return None
+    kinds = {dict: "a mapping", list: "a list"}
+    if {type(old), type(new)} == {dict, list}:
+        return f"{key}: {kinds[type(new)]} given where the config holds {kinds[type(old)]}, got {new!r}"
+    return None
 
 
 def load_config(

@@ -26,7 +26,7 @@ from study.analysis import analyse
 from study.corpus import CorpusError
 from study.data import base_config, prepare_data
 from study.log import log as _log
-from study.preview import check_run_configs
+from study.preview import check_local_gpu, check_run_configs
 from study.spec import Study
 from study.summary import headline, render_markdown, study_status
 from study.sweep import AdaptiveSweep
@@ -69,6 +69,7 @@ def run_demo(
 
     t0 = time.time()
     check_run_configs(s, (out / "data").resolve())  # a variant key the trainer refuses stops it before data prep
+    check_local_gpu(s, executor)  # so does a GPU study on a machine without a GPU
     out.mkdir(parents=True, exist_ok=True)
     try:
         data_dir = prepare_data(out, s, workers)

@@ -83,6 +83,36 @@ def check_run_configs(s: Study, data_dir: Path) -> ConfigCheck:
     return ConfigCheck(checked, memory)
 
 
+def local_cuda_devices() -> int:
+    """CUDA devices this machine has: ``nvidia-smi``'s list, else (no ``nvidia-smi`` on the PATH, as
+    in some containers) torch's count, asked in a child so that this process never starts CUDA
+    (the executor forks its runs' server from a clean process, launch/warm_start.py)."""
+    import subprocess
+    import sys
+
+    from launch.gpu_share import nvidia_smi_gpus
+
+    gpus = nvidia_smi_gpus()
+    if gpus:
+        return len(gpus)
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    return int(done.stdout.strip() or 0) if done.returncode == 0 else 0
+
+
+def check_local_gpu(s: Study, executor: str) -> None:
+    """A study of ``device: cuda`` run here (the local executor) on a machine without a CUDA
+    device: :class:`LaunchError` before its data is prepared. Every run would exit 2 at its start
+    and the study would read that as an LR grid that trains nothing at the base depth. Under
+    ``--executor slurm`` the runs go to the cluster's GPU nodes and a login node has none."""
+    if executor == "local" and s.device == "cuda" and local_cuda_devices() == 0:
+        raise LaunchError(
+            f"study {s.name!r}: device: cuda, but this machine has no CUDA device: run it on a GPU node, "
+            "or with --executor slurm (--plan prints what it will train; a CPU copy of the study file "
+            "needs device: cpu and precision: auto)"
+        )
+
+
 def gpu_memory_lines(s: Study, deepest: list[tuple[str, object]], total_mib: Optional[int]) -> list[str]:
     """The memory estimate of each (variant, preset) at the deepest depth (a run's memory grows
     with depth), against ``total_mib`` when the GPU is known; :class:`LaunchError` naming the

@@ -1,12 +1,14 @@
 """Every entry point's --help states each option's default (jobscripts.cli.state_defaults):
 argparse prints one only where the help text spells it out. Every command line the README and
-docs/{launch,data_prep,eval}.md show is one its parser takes."""
+docs/*.md show (benchmark scripts included) is one its parser takes."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import runpy
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,22 +197,24 @@ def test_a_missing_input_exits_2_naming_it(module, argv, named, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-# Every command line README.md, docs/launch.md, docs/data_prep.md and docs/eval.md show, in their
-# shell blocks and inline code: the module it names exists, and the command's own parser accepts
-# its options and overrides (nothing runs: parsing stops before the command's work). A flag or
-# module renamed in the code but not in the docs fails here instead of on a user's first day.
+# Every command line README.md and docs/*.md show, in their shell blocks and inline code: the
+# module or benchmark script it names exists, and the command's own parser accepts its options and
+# overrides (nothing runs: parsing stops before the command's work). A flag or module renamed in
+# the code but not in the docs fails here instead of on a user's first day.
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/launch.md", "docs/data_prep.md", "docs/eval.md")
+DOCS = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md")))
 NOT_OURS = {"pytest"}  # `python -m pytest`: its options are pytest's
 
 
 def doc_commands(text: str) -> list[tuple[str, str, list[str] | None]]:
-    """(the line as written, module, argv) for each `python -m MODULE ...`, `python train_gpt.py ...`
-    and `torchrun ... train_gpt.py ...` in the shell blocks (``\\`` continues a line, `#` starts a
-    comment, `;`, `&&` or `|` ends the command) and in inline code; argv is None for an inline span
-    with one argument or none (it names a module or subcommand). A synopsis (a word in `[...]`) is
-    no command line; a trailing `...` is dropped; a placeholder in capitals (`DIR`, `N`) is given
-    as `1`, a value every option's type takes."""
+    """(the line as written, module, argv) for each `python -m MODULE ...`, `python train_gpt.py ...`,
+    `python benchmarks/SCRIPT.py ...` (module: the script's path) and `torchrun ... train_gpt.py ...`
+    in the shell blocks (``\\`` continues a line, `#` starts a comment, `;`, `&&` or `|` ends the
+    command) and in inline code; argv is None for an inline span with one argument or none (it
+    names a module or subcommand; a script's parser still parses it). A synopsis (a word in `[...]`) is
+    no command line; of alternatives (`kjv|sotu`, no spaces) the first is taken; a trailing `...`
+    is dropped; a placeholder in capitals (`DIR`, `N`) is given as `1`, a value every option's
+    type takes."""
     lines, fence, held = [], None, ""
     for raw in text.splitlines():
         if raw.strip().startswith("```"):  # also a block indented under a list item
@@ -227,7 +231,8 @@ def doc_commands(text: str) -> list[tuple[str, str, list[str] | None]]:
     for line, fenced in lines:
         if line.split()[:1] not in (["python"], ["torchrun"]) or any(w.startswith("[") for w in line.split()):
             continue
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        first = re.sub(r"(?<=[\w/.])\|[\w/.|-]+", "", line)  # alternatives (`--corpus kjv|sotu`): the first
+        lexer = shlex.shlex(first, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         words = list(lexer)
         words = words[: min((i for i, w in enumerate(words) if w in (";", "&&", "|")), default=len(words))]
@@ -235,8 +240,10 @@ def doc_commands(text: str) -> list[tuple[str, str, list[str] | None]]:
             module, argv = "train_gpt", words[words.index("train_gpt.py") + 1 :]
         elif words[0] == "python" and words[1:2] == ["-m"]:
             module, argv = words[2], words[3:]
+        elif words[0] == "python" and re.fullmatch(r"benchmarks/\w+\.py", words[1] if len(words) > 1 else ""):
+            module, argv = words[1], words[2:]  # a benchmark script: its parser, caught as main() parses
         else:
-            continue  # `torchrun --standalone`: a launcher's flag; `python benchmarks/...`: a script
+            continue  # `torchrun --standalone`: a launcher's flag
         argv = [re.sub(r"^[A-Z][A-Z_]*$", "1", w) for w in (argv[:-1] if argv[-1:] == ["..."] else argv)]
         commands.append((line, module, argv if len(argv) > 1 or fenced else None))
     return commands
@@ -291,11 +298,23 @@ def test_doc_command_parses(doc, line, module, argv, monkeypatch, capsys):
     from runconfig import load_config
     from runconfig.schema import RunConfig
 
-    assert importlib.util.find_spec(module) is not None, f"{doc}: no module {module!r}: {line}"
-    if module in NOT_OURS or argv is None:
-        return
-    imported = importlib.import_module(module)
-    main = getattr(imported, "main", None) or importlib.import_module(f"{module}.__main__").main
+    if module.endswith(".py"):  # a script: run as `python SCRIPT ARGV` would, up to its parse
+        script = ROOT / module
+        assert script.is_file(), f"{doc}: no script {module}: {line}"
+        assert "argparse" in script.read_text(), f"{module} parses no options: the test would run it"
+        monkeypatch.syspath_prepend(str(script.parent))
+
+        def main(argv, script=script):
+            monkeypatch.setattr(sys, "argv", [str(script), *argv])
+            runpy.run_path(str(script), run_name="__main__")
+
+        argv = argv or []
+    else:
+        assert importlib.util.find_spec(module) is not None, f"{doc}: no module {module!r}: {line}"
+        if module in NOT_OURS or argv is None:
+            return
+        imported = importlib.import_module(module)
+        main = getattr(imported, "main", None) or importlib.import_module(f"{module}.__main__").main
     _parse_only(monkeypatch)
     with pytest.raises(_Parsed) as parsed:
         try:
@@ -365,6 +384,47 @@ def test_doc_synopses_name_options_the_help_lists(capsys):
         shown = capsys.readouterr().out
         missing = [o for o in options if not re.search(rf"(?<![\w-]){o}(?![\w-])", shown)]
         assert not missing, f"{doc}: {missing} not in `python -m {module} {' '.join(sub)} --help`: {line}"
+
+
+def test_doc_synopses_show_each_options_default():
+    """A bracketed option with numbers in a synopsis (`[--steps 5]`, `[--fractions 0.1 0.5 1.0]`)
+    shows its default: docs/eval.md's `--yaida-s` synopsis said `[--steps 3]` where the default
+    is 5. An option whose default is decided later (None: the config's widths) is an example."""
+    import importlib
+
+    shown = 0
+    for doc, line, module, sub, _options in SYNOPSES:
+        entry = importlib.import_module(f"{module}.__main__")
+        parser = entry.build_parser() if hasattr(entry, "build_parser") else entry._parser()
+        for action in parser._actions if sub else ():
+            if isinstance(action, argparse._SubParsersAction):
+                parser = action.choices[sub[0]]
+        actions = {option: a for a in parser._actions for option in a.option_strings}
+        for option, values in re.findall(r"\[(--[a-z][a-z0-9-]*)((?: -?[0-9][0-9.]*)+)\]", line):
+            default = actions[option].default
+            if default is None:
+                continue
+            default = list(default) if isinstance(default, (list, tuple)) else [default]
+            assert [float(v) for v in values.split()] == [float(d) for d in default], (
+                f"{doc}: {option}{values} but its default is {default}: {line}"
+            )
+            shown += 1
+    assert shown >= 10
+
+
+@pytest.mark.parametrize("module", sorted({module for module, _, _ in COMMANDS}))
+def test_every_option_is_named_in_the_docs(module):
+    """Each option an entry point's --help lists is named somewhere in README.md or docs/*.md:
+    `training.export_hf --parity-sequences`, `data_prep.registry_corpora --cache` and
+    `jobscripts.requeue --on-exit` were in --help only."""
+    text = "".join(p.read_text() for p in (ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))))
+    missing = [
+        f"{where} {action.option_strings[-1]}".strip()
+        for where, action in _options(_parser_of(module))
+        if action.option_strings[-1] != "--help"
+        and not re.search(rf"(?<![\w-]){re.escape(action.option_strings[-1])}(?![\w-])", text)
+    ]
+    assert not missing, f"python -m {module}: options no doc names: {missing}"
 
 
 def test_eval_doc_synopses_list_every_option():

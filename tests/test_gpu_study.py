@@ -207,3 +207,26 @@ def test_travel_counts_what_a_device_call_sends_untracked_files_too(tmp_path):
     done = travel()
     assert done.returncode == 2 and "working tree 15.0 MiB" in done.stdout and "together 65.0 MiB" in done.stdout
     assert "over 64 MiB: a device call would refuse it" in done.stderr
+
+
+def test_a_gpu_study_on_a_machine_without_a_gpu_stops_before_its_data(tmp_path, monkeypatch):
+    """`python -m launch demo --study gpu_h100` on a CPU machine prepared the mix corpus (2.5 min),
+    ran its 5 base runs, each exiting 2 ("parallel.device: cuda requested but no CUDA device is
+    available"), and ended blaming the study's LRs: "every run at L=2 diverged or failed ... its
+    base_lrs_log2 reach no LR that trains at L=2". Now it stops first, naming the cause."""
+    import study.demo as demo
+    import study.preview as preview
+
+    def no_data_prep(*args, **kwargs):
+        raise AssertionError("the study prepared its data")
+
+    monkeypatch.setattr(demo, "prepare_data", no_data_prep)
+    monkeypatch.setattr(preview, "local_cuda_devices", lambda: 0)
+    gpu, cpu = load_study("gpu_h100"), load_study("quick")
+    with pytest.raises(LaunchError, match=r"study 'gpu_h100': device: cuda, but this machine has no CUDA device"):
+        demo.run_demo(tmp_path / "out", gpu, 1)
+    assert not (tmp_path / "out").exists()
+    preview.check_local_gpu(gpu, "slurm")  # the cluster's nodes have the GPUs, a login node none
+    preview.check_local_gpu(cpu, "local")  # a CPU study needs none
+    monkeypatch.setattr(preview, "local_cuda_devices", lambda: 1)
+    preview.check_local_gpu(gpu, "local")

@@ -145,6 +145,23 @@ def test_a_grid_entry_overridden_on_the_command_line_replaces_the_files(tmp_path
     assert code == 0 and "sweep tiny_cpu: 8 runs" in capsys.readouterr().out
 
 
+def test_a_grid_entry_given_as_a_list_or_mapping_replaces_the_files_range(tmp_path, capsys):
+    """The tiny spec's `optimizer.lr: {log2_range: [-8, -5, 1]}` overridden as docs/launch.md says
+    (`grid.KEY=...` replaces that entry's values): a list crashed with OmegaConf's bare TypeError
+    ("Cannot merge incompatible container types", a traceback), and `{values: [...]}` was merged
+    beside the file's range and refused ("got keys ['log2_range', 'values']")."""
+    assert load_spec(TINY_SPEC, ["grid.optimizer.lr=[0.004, 0.008]"]).grid["optimizer.lr"] == [0.004, 0.008]
+    assert load_spec(TINY_SPEC, ["grid.optimizer.lr={values: [0.004]}"]).grid["optimizer.lr"] == {"values": [0.004]}
+    spec = load_spec(TINY_SPEC, ["grid[optimizer.lr]={log2_range: [-7, -6, 1]}"])
+    assert expand(TINY_SPEC, spec).grid["optimizer.lr"] == [2.0**-7, 2.0**-6]
+    assert list(spec.grid) == ["model.num_layers", "parametrization.preset", "optimizer.lr", "run.seed"]
+    code = main(["sweep", str(TINY_SPEC), "grid.optimizer.lr=[0.004]", "--sweep-dir", str(tmp_path / "s"), "--dry-run"])
+    assert code == 0 and "sweep tiny_cpu: 4 runs" in capsys.readouterr().out
+    # a list where the spec holds a mapping that is not a grid entry: exit 2 naming the key
+    with pytest.raises(LaunchError, match=r"overrides: a list given where the config holds a mapping, got \[1\]"):
+        load_spec(TINY_SPEC, ["overrides=[1]"])
+
+
 def test_training_key_may_be_swept_when_allowed(tmp_path):
     spec = derived_spec(tmp_path, grid={"training.steps": [10, 20]}, allow_grid_keys=["training.steps"], overrides={})
     plan = expand(spec, load_spec(spec))

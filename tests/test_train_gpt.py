@@ -59,6 +59,17 @@ def reference(tmp_path_factory) -> Path:
     return run
 
 
+def test_every_file_of_a_run_directory_is_a_row_of_the_contract(reference):
+    """docs/contracts.md's run-directory table is what a run writes: `.lock` (the run lock) and
+    `.index_cache/` (megatron's index cache) were in every run directory and in no row."""
+    import re
+
+    rows = set(re.findall(r"^\| `([^`]+?)/?` \|", (REPO / "docs" / "contracts.md").read_text(), flags=re.M))
+    written = {p.name for p in reference.iterdir()}
+    assert {".lock", ".index_cache", "config.yaml", "summary.json", "checkpoints"} <= written
+    assert written - rows == set(), f"in {reference} but not in docs/contracts.md's table"
+
+
 def test_run_directory_contract(reference):
     s = summary(reference)
     assert s["status"] == "completed" and s["exit_code"] == 0 and s["steps"] == 20
