@@ -86,6 +86,22 @@ def test_logged_group_lrs_follow_the_table(reference):
     assert lr["block_vector"] == pytest.approx(0.003 * 2**-0.5)
 
 
+def test_each_groups_logged_lr_is_the_schedules_at_every_step(reference):
+    """Step k trains with megatron's schedule after k - 1 increments (the first at LR 0): linear
+    warmup over 3 steps, then cosine over the other 17 to 0.1 x peak; each group's peak is eta
+    times its role's factor (depth-muP's hidden LR (L/L0)^-1/2 = 2^-1/2 of the embedding's)."""
+    factors = {"embedding+output": 1.0, "final_norm": 1.0, "hidden_in+hidden_out": 2**-0.5, "block_vector": 2**-0.5}
+    for row in rows(reference):
+        n = row["step"] - 1
+        if n <= 3:
+            schedule = n / 3
+        else:
+            schedule = 0.1 + 0.9 * 0.5 * (math.cos(math.pi * (n - 3) / 17) + 1)
+        assert set(row["lr"]) == set(factors), row["lr"]
+        for group, factor in factors.items():
+            assert row["lr"][group] == pytest.approx(0.003 * factor * schedule, rel=1e-12, abs=0), (row["step"], group)
+
+
 def test_training_line_every_interval_in_console_and_train_log(tmp_path):
     """A Megatron-style line every logging.interval steps and at the last, the same on the console and
     in train.log, with metrics.jsonl's numbers; the bar (asked for) stays off when stderr is no terminal."""
@@ -159,6 +175,11 @@ def test_sigterm_preempts_with_checkpoint_and_resumes(reference, tmp_path):
     got, want = rows(run), rows(reference)
     assert [r["loss"] for r in got] == [r["loss"] for r in want]
     assert summary(run)["status"] == "completed"
+    # consumed tokens continue across the resume: step x 512, neither reset nor counted twice
+    assert [(r["step"], r["tokens"]) for r in got] == [(r["step"], r["tokens"]) for r in want]
+    assert [r["step"] for r in got] == list(range(1, 21)) and got[-1]["tokens"] == 20 * 512
+    assert [(e["step"], e["tokens"]) for e in rows(run, "eval")] == [(10, 5120), (20, 10240)]
+    assert summary(run)["tokens"] == summary(reference)["tokens"] == 10240
 
 
 SAVES_DRIVER = r"""
