@@ -102,6 +102,13 @@ def test_each_groups_logged_lr_is_the_schedules_at_every_step(reference):
             assert row["lr"][group] == pytest.approx(0.003 * factor * schedule, rel=1e-12, abs=0), (row["step"], group)
 
 
+def test_eval_rows_carry_the_perplexity(reference):
+    evals = rows(reference, "eval")
+    assert [e["step"] for e in evals] == [10, 20]
+    for e in evals:
+        assert e["val_ppl"] == pytest.approx(math.exp(e["val_loss"]), rel=1e-12)
+
+
 def test_training_line_every_interval_in_console_and_train_log(tmp_path):
     """A Megatron-style line every logging.interval steps and at the last, the same on the console and
     in train.log, with metrics.jsonl's numbers; the bar (asked for) stays off when stderr is no terminal."""

@@ -48,6 +48,7 @@ from training.loop_parts import (
     EvalSchedule,
     ThroughputMeter,
     eval_line,
+    perplexity,
     summary_line,
     train_line,
 )
@@ -346,7 +347,8 @@ class Trainer:
         s.evals.append({"step": done, "fraction": frac, "val_loss": val})
         if s.runlog is not None:
             tokens = done * s.cfg.training.global_batch_size * s.cfg.model.seq_length
-            s.runlog.write({"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val})
+            row = {"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val}
+            s.runlog.write({**row, "val_ppl": perplexity(val)})
             log.info("%s", eval_line(done, frac, val))
         if not math.isfinite(val):
             return Ending(Status.DIVERGED, f"validation loss is {val} at step {done}", done)
