@@ -47,6 +47,10 @@ def rows(run_dir: Path, kind: str = "train") -> list[dict]:
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
 
 
+def logged_all(run_dir: Path) -> list[str]:
+    return (run_dir / "train.log").read_text().splitlines()
+
+
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -102,6 +106,21 @@ def test_each_groups_logged_lr_is_the_schedules_at_every_step(reference):
             assert row["lr"][group] == pytest.approx(0.003 * factor * schedule, rel=1e-12, abs=0), (row["step"], group)
 
 
+def test_logged_rates_follow_the_hand_computed_flops_and_tokens(reference):
+    """The tiny model (width 64, 4 heads, 4 layers, sequence 64, padded vocabulary 512, GELU MLP
+    4 x 64), forward FLOPs per token: per layer QKV 2*64*192 = 24,576, scores and context
+    2*2*64*64 = 16,384, projection 2*64*64 = 8,192, MLP 2*(2*64*256) = 65,536: 114,688; x 4 layers
+    + logits 2*64*512 = 65,536: 524,288. x 3 (backward) = 1,572,864 = 6N + 6*h*V + 12*L*s*h
+    (N = 12*64^2*4 = 196,608 matrix weights: 1,179,648 + 196,608 + 196,608). A step is 8 x 64 =
+    512 tokens: 805,306,368 FLOPs. Every row's rates are that step over its step time (CPU: no
+    peak, no MFU)."""
+    for row in rows(reference):
+        assert row["tokens"] == row["step"] * 512
+        assert row["tokens_per_s"] * row["step_time_s"] == pytest.approx(512, rel=1e-9)
+        assert row["tflops_per_gpu"] * 1e12 * row["step_time_s"] == pytest.approx(805_306_368, rel=1e-9)
+        assert row["mfu"] is None
+
+
 def test_eval_rows_carry_the_perplexity(reference):
     evals = rows(reference, "eval")
     assert [e["step"] for e in evals] == [10, 20]
@@ -123,6 +142,10 @@ def test_training_line_every_interval_in_console_and_train_log(tmp_path):
         assert f"| lm loss: {row['loss']:.6E} | grad norm: {row['grad_norm']:.3f} |" in line
         assert f"| tokens/s: {row['tokens_per_s']:,.0f} |" in line and "| ETA: " in line
     assert [r["step"] for r in rows(run)] == [3, 6, 7]
+    # the first step's time is said on its own line and left out of iteration 3's (its rate is steps 2-3)
+    warmup = [line for line in logged_all(run) if " INFO warm-up: " in line]
+    assert len(warmup) == 1 and warmup[0].endswith("left out of the elapsed time per iteration at iteration 3")
+    assert " INFO warm-up: iteration 1, the first of this session, took " in warmup[0]
     # the global batch's split, as Megatron-LM's "setting number of micro-batches" line
     assert "7 steps x 8 sequences (2 micro-batches of 4 x data-parallel size 1)" in out.stderr
     # and the session's last line, summary.json's numbers (7 x 8 x 64 tokens; the final eval's PPL)
