@@ -330,8 +330,8 @@ def _with_numbers(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dic
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every complete row, non-finite strings of ``loss``/``val_loss``/``grad_norm`` back as floats."""
-    return _with_numbers(_read_rows(Path(run_dir) / METRICS_FILE), ("loss", "val_loss", "grad_norm"))
+    """Every complete row, non-finite strings of ``loss``/``val_loss``/``val_ppl``/``grad_norm`` back as floats."""
+    return _with_numbers(_read_rows(Path(run_dir) / METRICS_FILE), ("loss", "val_loss", "val_ppl", "grad_norm"))
 
 
 INHERITED_FROM = "inherited_from"  # the key marking a row a branch inherited from its source

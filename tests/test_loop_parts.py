@@ -63,6 +63,28 @@ def test_throughput_meter_hand_computed():
     assert cpu.row(1)["tflops_per_gpu"] is None
 
 
+def test_throughput_meter_leaves_the_sessions_first_step_out():
+    """Warm-up of 1.6 s then 4 steps of 0.1 s: the window of 5 steps reads 0.1 s a step (4000 tok/s
+    of 400 per step), not (1.6 + 0.4) / 5 = 0.4 s; the next window is not touched."""
+    clock = FakeClock()
+    m = ThroughputMeter(tokens_per_step=400, flops_per_step=2e12, clock=clock)
+    m.start(0)
+    clock.now += 1.6
+    assert m.warmed_up() == pytest.approx(1.6)
+    clock.now += 4 * 0.1 + 0.7  # and an evaluation of 0.7 s, excluded
+    m.exclude(0.7)
+    row = m.row(5)
+    assert row["step_time_s"] == pytest.approx(0.1) and row["tokens_per_s"] == pytest.approx(4000.0)
+    assert row["tflops_per_gpu"] == pytest.approx(20.0) and row["mfu"] is None  # no peak known: no MFU
+    clock.now += 5 * 0.2
+    assert m.row(10)["step_time_s"] == pytest.approx(0.2)
+    # logging.interval=1: the first step's window is that step alone, and reports it
+    m.start(10)  # a resumed session
+    clock.now += 1.3
+    m.warmed_up()
+    assert m.row(11)["step_time_s"] == pytest.approx(1.3)
+
+
 def test_train_line_has_megatron_field_names():
     rates = {"step_time_s": 0.0352, "tokens_per_s": 14545.45, "tflops_per_gpu": None, "mfu": None}
     line = train_line(

@@ -47,6 +47,10 @@ def rows(run_dir: Path, kind: str = "train") -> list[dict]:
     return [r for r in map(json.loads, lines) if r["kind"] == kind]
 
 
+def logged_all(run_dir: Path) -> list[str]:
+    return (run_dir / "train.log").read_text().splitlines()
+
+
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -97,6 +101,44 @@ def test_logged_group_lrs_follow_the_table(reference):
     assert lr["block_vector"] == pytest.approx(0.003 * 2**-0.5)
 
 
+def test_each_groups_logged_lr_is_the_schedules_at_every_step(reference):
+    """Step k trains with megatron's schedule after k - 1 increments (the first at LR 0): linear
+    warmup over 3 steps, then cosine over the other 17 to 0.1 x peak; each group's peak is eta
+    times its role's factor (depth-muP's hidden LR (L/L0)^-1/2 = 2^-1/2 of the embedding's)."""
+    factors = {"embedding+output": 1.0, "final_norm": 1.0, "hidden_in+hidden_out": 2**-0.5, "block_vector": 2**-0.5}
+    for row in rows(reference):
+        n = row["step"] - 1
+        if n <= 3:
+            schedule = n / 3
+        else:
+            schedule = 0.1 + 0.9 * 0.5 * (math.cos(math.pi * (n - 3) / 17) + 1)
+        assert set(row["lr"]) == set(factors), row["lr"]
+        for group, factor in factors.items():
+            assert row["lr"][group] == pytest.approx(0.003 * factor * schedule, rel=1e-12, abs=0), (row["step"], group)
+
+
+def test_logged_rates_follow_the_hand_computed_flops_and_tokens(reference):
+    """The tiny model (width 64, 4 heads, 4 layers, sequence 64, padded vocabulary 512, GELU MLP
+    4 x 64), forward FLOPs per token: per layer QKV 2*64*192 = 24,576, scores and context
+    2*2*64*64 = 16,384, projection 2*64*64 = 8,192, MLP 2*(2*64*256) = 65,536: 114,688; x 4 layers
+    + logits 2*64*512 = 65,536: 524,288. x 3 (backward) = 1,572,864 = 6N + 6*h*V + 12*L*s*h
+    (N = 12*64^2*4 = 196,608 matrix weights: 1,179,648 + 196,608 + 196,608). A step is 8 x 64 =
+    512 tokens: 805,306,368 FLOPs. Every row's rates are that step over its step time (CPU: no
+    peak, no MFU)."""
+    for row in rows(reference):
+        assert row["tokens"] == row["step"] * 512
+        assert row["tokens_per_s"] * row["step_time_s"] == pytest.approx(512, rel=1e-9)
+        assert row["tflops_per_gpu"] * 1e12 * row["step_time_s"] == pytest.approx(805_306_368, rel=1e-9)
+        assert row["mfu"] is None
+
+
+def test_eval_rows_carry_the_perplexity(reference):
+    evals = rows(reference, "eval")
+    assert [e["step"] for e in evals] == [10, 20]
+    for e in evals:
+        assert e["val_ppl"] == pytest.approx(math.exp(e["val_loss"]), rel=1e-12)
+
+
 def test_training_line_every_interval_in_console_and_train_log(tmp_path):
     """A Megatron-style line every logging.interval steps and at the last, the same on the console and
     in train.log, with metrics.jsonl's numbers; the bar (asked for) stays off when stderr is no terminal."""
@@ -111,6 +153,10 @@ def test_training_line_every_interval_in_console_and_train_log(tmp_path):
         assert f"| lm loss: {row['loss']:.6E} | grad norm: {row['grad_norm']:.3f} |" in line
         assert f"| tokens/s: {row['tokens_per_s']:,.0f} |" in line and "| ETA: " in line
     assert [r["step"] for r in rows(run)] == [3, 6, 7]
+    # the first step's time is said on its own line and left out of iteration 3's (its rate is steps 2-3)
+    warmup = [line for line in logged_all(run) if " INFO warm-up: " in line]
+    assert len(warmup) == 1 and warmup[0].endswith("left out of the elapsed time per iteration at iteration 3")
+    assert " INFO warm-up: iteration 1, the first of this session, took " in warmup[0]
     # the global batch's split, as Megatron-LM's "setting number of micro-batches" line
     assert "7 steps x 8 sequences (2 micro-batches of 4 x data-parallel size 1)" in out.stderr
     # and the session's last line, summary.json's numbers (7 x 8 x 64 tokens; the final eval's PPL)
@@ -170,6 +216,11 @@ def test_sigterm_preempts_with_checkpoint_and_resumes(reference, tmp_path):
     got, want = rows(run), rows(reference)
     assert [r["loss"] for r in got] == [r["loss"] for r in want]
     assert summary(run)["status"] == "completed"
+    # consumed tokens continue across the resume: step x 512, neither reset nor counted twice
+    assert [(r["step"], r["tokens"]) for r in got] == [(r["step"], r["tokens"]) for r in want]
+    assert [r["step"] for r in got] == list(range(1, 21)) and got[-1]["tokens"] == 20 * 512
+    assert [(e["step"], e["tokens"]) for e in rows(run, "eval")] == [(10, 5120), (20, 10240)]
+    assert summary(run)["tokens"] == summary(reference)["tokens"] == 10240
 
 
 SAVES_DRIVER = r"""

@@ -76,8 +76,13 @@ class ThroughputMeter:
     The interval is the wall time between two logged steps (building the micro-batches
     included, as in Megatron-LM's ``interval-time``), less what the loop excludes
     (evaluation, checkpoints): one step's time swings with the machine, an interval's does
-    not. ``flops_per_step`` (whole model, all ranks) and ``peak_flops`` (one GPU) are None on
-    CPU, where TFLOP/s and MFU are not reported. ``clock`` is injectable for tests.
+    not. The first step of a session (:meth:`warmed_up`: kernels compiled or autotuned,
+    caches and the allocator filled) leaves the interval it falls in, as torchtitan keeps it
+    apart by logging step 1 on its own: 1.6 s against 0.03 s a step on the tiny CPU model, it
+    would make the first interval of 10 steps read a sixth of the steady rate. An interval of
+    that one step alone reports it. ``flops_per_step`` (whole model, all ranks;
+    ``training.flops``) gives TFLOP/s on every device; ``peak_flops`` (one GPU) is None where
+    the peak is unknown (CPU), and MFU with it. ``clock`` is injectable for tests.
     """
 
     tokens_per_step: int
@@ -88,10 +93,17 @@ class ThroughputMeter:
     _started: float = 0.0
     _step: int = 0
     _excluded: float = 0.0
+    _warmup: Optional[float] = None  # the session's first step, while in the open window
 
     def start(self, step: int) -> None:
         """Open a window after ``step`` (the step the session resumes from, or the last logged one)."""
-        self._started, self._step, self._excluded = self.clock(), step, 0.0
+        self._started, self._step, self._excluded, self._warmup = self.clock(), step, 0.0, None
+
+    def warmed_up(self) -> float:
+        """Called right after the session's first step (the first of the open window): its
+        seconds, which the window's rate leaves out when the window holds other steps."""
+        self._warmup = self.clock() - self._started - self._excluded
+        return self._warmup
 
     def exclude(self, seconds: float) -> None:
         """Time inside the window that is not training (an evaluation, a checkpoint)."""
@@ -101,7 +113,10 @@ class ThroughputMeter:
         """``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu`` of the window that ends
         after ``step``; then a new window."""
         steps = max(step - self._step, 1)
-        mean = max(self.clock() - self._started - self._excluded, 1e-9) / steps
+        seconds = self.clock() - self._started - self._excluded
+        if self._warmup is not None and steps > 1:
+            seconds, steps = seconds - self._warmup, steps - 1
+        mean = max(seconds, 1e-9) / steps
         self.start(step)
         tflops = self.flops_per_step / mean / self.world_size / 1e12 if self.flops_per_step else None
         return {
@@ -142,7 +157,7 @@ def train_line(
         f"tokens/s: {rates['tokens_per_s']:,.0f}",
     ]
     if rates.get("tflops_per_gpu") is not None:
-        parts.append(f"throughput per GPU (TFLOP/s/GPU): {rates['tflops_per_gpu']:.1f}")
+        parts.append(f"throughput per GPU (TFLOP/s/GPU): {rates['tflops_per_gpu']:.4g}")
     if rates.get("mfu") is not None:
         parts.append(f"MFU: {100 * rates['mfu']:.1f}%")
     parts += [

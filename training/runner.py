@@ -48,6 +48,7 @@ from training.loop_parts import (
     EvalSchedule,
     ThroughputMeter,
     eval_line,
+    perplexity,
     summary_line,
     train_line,
 )
@@ -233,7 +234,7 @@ class Trainer:
         meter = ThroughputMeter(
             cfg.training.global_batch_size * cfg.model.seq_length,
             s.dist.world_size,
-            train_flops_per_step(cfg, s.data.padded_vocab) if on_gpu else None,
+            train_flops_per_step(cfg, s.data.padded_vocab),
             peak_flops(torch.cuda.get_device_name()) if on_gpu else None,
         )
         checkpointer = Checkpointer(self._save, cfg.checkpoint.interval, steps)
@@ -256,8 +257,11 @@ class Trainer:
                     lrs = group_lrs(s.backend.param_groups, s.resolved)  # the LRs this step uses
                     base_lr = s.scheduler.get_lr({})  # eta x schedule: each group's LR is a multiple
                     result = self._train_step(s, step)
+                    warmup = meter.warmed_up() if step == s.resume.step else None
                     self._skipped += not result.applied
                     reason = guard.check(result.loss, result.grad_norm, done)
+                    if warmup is not None and not reason:  # a run ending here logs that step alone
+                        self._warmed_up(s, done, warmup)
                     rates = self._log_train(s, done, result, lrs, base_lr, meter, force=bool(reason))
                     if reason:
                         log.warning("diverged: %s", reason)
@@ -297,6 +301,21 @@ class Trainer:
             if rows and s.runlog is not None:
                 s.runlog.write_diagnostics(rows)
         return result
+
+    def _warmed_up(self, s: Session, done: int, seconds: float) -> None:
+        """Say what the session's first step took where its training line will not: the
+        interval that line reports leaves it out (``ThroughputMeter.warmed_up``)."""
+        steps, interval = s.cfg.training.steps, s.cfg.logging.interval
+        if s.runlog is None or done % interval == 0 or done == steps:
+            return
+        logged = min(steps, (done // interval + 1) * interval)
+        log.info(
+            "warm-up: iteration %d, the first of this session, took %.1f ms: left out of the elapsed time per "
+            "iteration at iteration %d",
+            done,
+            seconds * 1000,
+            logged,
+        )
 
     def _log_train(
         self,
@@ -354,7 +373,8 @@ class Trainer:
         s.evals.append({"step": done, "fraction": frac, "val_loss": val})
         if s.runlog is not None:
             tokens = done * s.cfg.training.global_batch_size * s.cfg.model.seq_length
-            s.runlog.write({"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val})
+            row = {"kind": "eval", "step": done, "fraction": frac, "tokens": tokens, "val_loss": val}
+            s.runlog.write({**row, "val_ppl": perplexity(val)})
             log.info("%s", eval_line(done, frac, val))
         if not math.isfinite(val):
             return Ending(Status.DIVERGED, f"validation loss is {val} at step {done}", done)
