@@ -84,6 +84,13 @@ class DepthCurve:
     missing_run_ids: list[str] = field(default_factory=list)
     nonfinite_run_ids: list[str] = field(default_factory=list)  # not diverged by status, but a nan/inf loss
     pending_log2_lr: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # each log2_lr's LR as the table had it (0.0156, not 2^log2(0.0156) = 0.015600000000000001):
+    # what reports print; the fits work in log2_lr. Empty: 2^log2_lr (a curve built without the table)
+    lr: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def __post_init__(self) -> None:
+        if len(self.lr) != len(self.log2_lr):
+            self.lr = np.exp2(np.asarray(self.log2_lr, dtype=float))
 
     @property
     def n_seeds(self) -> np.ndarray:
@@ -294,6 +301,7 @@ def _depth_curve(
     return DepthCurve(
         depth=depth,
         log2_lr=np.array([math.log2(float(lr)) for lr in uniq]),
+        lr=np.array(uniq, dtype=float),
         seed_losses=[np.array(loss[s][usable[s]], dtype=float) for s in slices],
         n_diverged=np.array([int(diverged[s].sum()) for s in slices], dtype=int),
         n_missing=np.array([int(missing[s].sum()) for s in slices], dtype=int),

@@ -58,16 +58,17 @@ from eval.results import (
     sources_text,
 )
 from eval.transfer import best_grid_lrs
-from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULT_STATUSES, RESULTS_FILE, RUNS_DIR, Status
+from rundir.contract import BRANCH_STEP_COLUMN, PARAMETRIZATION_KEYS, RESULT_STATUSES, Status
 from rundir.files import (
+    DIAGNOSTICS_FILE,
     INHERITED_FROM,
     PARAMETRIZATION_FILE,
     RunDirError,
     RunSummary,
     branch_source,
+    locate_runs,
     read_diagnostics_with_source,
     read_summary,
-    run_dirs,
 )
 
 QUANTITIES = ("update_ratio", "update_rms", "branch_rms", "residual_rms")
@@ -183,20 +184,50 @@ def find_runs(
     (``eval.results.select_runs``). What was left out, and why, is appended to ``notes``."""
     runs: list[RunDynamics] = []
     tables: dict[Path, Path] = {}  # a run directory -> the results.csv of its sweep
-    for path in paths:
-        if not path.is_dir():
-            raise DynamicsError(f"{path}: not a directory")
-        in_table = (path / RUNS_DIR).is_dir() and (path / RESULTS_FILE).is_file()
-        found = [r for r in (load_run(d, in_table) for d in run_dirs(path)) if r is not None]
-        if in_table:
-            tables.update({r.run_dir.resolve(): path / RESULTS_FILE for r in found})
+    found_at = [locate_runs(path) for path in paths]  # the one reading of a path (rundir.files)
+    for at in found_at:
+        if at.kind == "none":
+            raise DynamicsError(at.describe())
+        table = at.table if at.kind != "run" else None  # a run directory given alone: its summary.json
+        found = [r for r in (load_run(d, table is not None) for d in at.runs) if r is not None]
+        if table is not None:
+            tables.update({r.run_dir.resolve(): table for r in found})
+        if (
+            at.kind == "runs" and notes is not None
+        ):  # a folder of runs: say which sweep's table, if any, it was read with
+            notes.append(f"read {at.describe()}")
         runs += found
     if not runs:
+        summaries = [read_summary(d) for at in found_at for d in at.runs]
+        statuses = [str(Status(s.status).value) if s is not None else "" for s in summaries]
         raise DynamicsError(
-            f"{', '.join(map(str, paths))}: no diagnostics.jsonl (train with logging.diagnostics_interval > 0)"
+            "; ".join(at.describe() for at in found_at)
+            + f": no run has {DIAGNOSTICS_FILE} rows"
+            + (f" ({_quiet_text(statuses)})" if statuses else "")
         )
     return assign_families(runs, tables, where or [], ignore_columns, depths=depths, shared_base=shared_base,
                            presets=presets, notes=notes)  # fmt: skip
+
+
+def _quiet_text(statuses: list[str]) -> str:
+    """What runs without diagnostics rows are, by their status: ``3 diverged before their first
+    diagnostics row; 1 pending``. A diverged run is named as one, apart from a run that trained without
+    ``logging.diagnostics_interval`` (or ended, not diverged, before its first diagnostics step)."""
+
+    def their(n: int) -> str:
+        return "its" if n == 1 else "their"
+
+    diverged = statuses.count(Status.DIVERGED.value)
+    pending = statuses.count("pending")
+    rest = len(statuses) - diverged - pending
+    parts = [
+        f"{diverged} diverged before {their(diverged)} first diagnostics row" if diverged else "",
+        f"{pending} pending" if pending else "",
+        f"{rest} trained without logging.diagnostics_interval, or ended before {their(rest)} first diagnostics step"
+        if rest
+        else "",
+    ]
+    return "; ".join(p for p in parts if p)
 
 
 def _text(value: Any) -> str:
@@ -282,11 +313,9 @@ def assign_families(
     kept = chosen.rows.drop_duplicates("run_id")
     quiet = kept[kept["index"] < 0]
     if len(quiet):
-        pending = int((quiet["status"] == "pending").sum())
         notes.append(
-            f"{len(quiet)} of {len(kept)} runs have no diagnostics rows and were left out"
-            + (f" ({pending} pending)" if pending else "")
-            + ": trained without logging.diagnostics_interval, or ended before its first diagnostics step"
+            f"{len(quiet)} of {len(kept)} runs have no diagnostics rows and were left out "
+            f"({_quiet_text(quiet['status'].tolist())})"
         )
     columns = family_columns(chosen)
     families = build_families(kept, columns)

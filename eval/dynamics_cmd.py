@@ -19,7 +19,7 @@ HELP = "update/weight and activation RMS per layer against depth and step, expon
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", help="sweep directories (runs/ inside) or run directories")
+    parser.add_argument("paths", nargs="+", help="sweep directories, a sweep's runs/ folder, or run directories")
     parser.add_argument("--out", required=True, help="directory for dynamics.json, dynamics.md, dynamics.{png,pdf} "
                         "(with more than 4 families also dynamics_steps_<i>.{png,pdf})")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="use the runs at this LR (default: each depth's best)")

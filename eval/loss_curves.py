@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eval.outputs import atomic_write_bytes
-from rundir.contract import RUNS_DIR, ExitCode
+from rundir.contract import ExitCode
 from rundir.files import (
     INHERITED_FROM,
     METRICS_FILE,
     RunDirError,
+    locate_runs,
     read_metrics,
     read_metrics_with_source,
     read_summary,
-    run_dirs,
 )
 
 HELP = (
@@ -45,18 +45,22 @@ class RunCurve:
     problem: str = ""  # why the inherited part is missing ("" when whole)
 
 
-def find_run_dirs(paths: list[Path]) -> list[Path]:
-    """The run directories under each path: a sweep's ``runs/*`` with a metrics file, or a run directory."""
+def find_run_dirs(paths: list[Path], said: Optional[list[str]] = None) -> list[Path]:
+    """The run directories with a metrics file under each path, as every eval command reads a path
+    (:func:`rundir.files.locate_runs`): a sweep directory, its ``runs/`` folder, a run directory.
+    ``said`` gets what each path was found to be, and the runs without a metrics file."""
     found = []
-    for path in paths:
-        dirs = run_dirs(path)
-        if dirs == [path] and not (path / METRICS_FILE).is_file():
-            raise LossCurvesError(
-                f"{path}: neither a sweep directory (no {RUNS_DIR}/) nor a run directory (no {METRICS_FILE})"
-            )
-        found += [d for d in dirs if (d / METRICS_FILE).is_file()]
+    located = [locate_runs(path) for path in paths]
+    for at in located:
+        if at.kind == "none":
+            raise LossCurvesError(at.describe())
+        with_metrics = [d for d in at.runs if (d / METRICS_FILE).is_file()]
+        if said is not None and at.kind != "run":
+            left = len(at.runs) - len(with_metrics)
+            said.append(f"read {at.describe()}" + (f", {left} without {METRICS_FILE} yet" if left else ""))
+        found += with_metrics
     if not found:
-        raise LossCurvesError(f"{', '.join(map(str, paths))}: no run has written {METRICS_FILE} yet")
+        raise LossCurvesError(f"{'; '.join(at.describe() for at in located)}: no run has written {METRICS_FILE} yet")
     return found
 
 
@@ -131,7 +135,9 @@ def plot(curves: list[RunCurve], out: Path, dpi: int = 150) -> list[Path]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", type=Path, help="sweep directories (runs/ inside) or run directories")
+    parser.add_argument(
+        "paths", nargs="+", type=Path, help="sweep directories, a sweep's runs/ folder, or run directories"
+    )
     parser.add_argument(
         "--out", required=True, type=Path, help="directory for loss_curves.csv and loss_curves.{png,pdf}"
     )
@@ -141,10 +147,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> ExitCode:
     try:
-        curves = [load_curve(d) for d in find_run_dirs(args.paths)]
+        said: list[str] = []
+        curves = [load_curve(d) for d in find_run_dirs(args.paths, said)]
     except LossCurvesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    for line in said:
+        print(line)
     for c in curves:
         if c.problem:
             print(f"warning: {c.problem}; its curve starts after the branch step", file=sys.stderr)

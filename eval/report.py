@@ -34,11 +34,12 @@ def _pow2(x: float | None) -> float | None:
 # ---------------------------------------------------------------- JSON
 
 
-def optimum_dict(opt: Optimum, ci: tuple[float, float] | None) -> dict[str, Any]:
+def optimum_dict(opt: Optimum, ci: tuple[float, float] | None, lr: float | None = None) -> dict[str, Any]:
+    """``lr``: the optimum's LR as the table had it, where it is a grid point (else ``2^log2_lr``)."""
     fit = opt.fit
     return {
         "log2_lr": _num(opt.log2_lr),
-        "lr": _pow2(opt.log2_lr),
+        "lr": _pow2(opt.log2_lr) if lr is None else _num(lr),
         "loss": _num(opt.loss),
         "method": opt.method,
         "edge": opt.edge,
@@ -64,8 +65,14 @@ def depth_dict(d: DepthResult) -> dict[str, Any]:
         "n_lr_diverged": d.n_lr_diverged,
         "seeds_min": smin,
         "seeds_max": smax,
-        "optimum": optimum_dict(d.optimum, d.opt_ci),
-        "best_grid": {"log2_lr": _num(g_x), "lr": _pow2(g_x), "loss": _num(g_loss), "std": _num(g_std), "n_seeds": g_n},
+        "optimum": optimum_dict(d.optimum, d.opt_ci, d.optimum_lr),
+        "best_grid": {
+            "log2_lr": _num(g_x),
+            "lr": _num(d.best_grid_lr),
+            "loss": _num(g_loss),
+            "std": _num(g_std),
+            "n_seeds": g_n,
+        },
         "regret": {
             "value": _num(d.regret),
             "ci": list(d.regret_ci) if d.regret_ci else None,
@@ -77,7 +84,7 @@ def depth_dict(d: DepthResult) -> dict[str, Any]:
         "curve": [
             {
                 "log2_lr": float(c.log2_lr[i]),
-                "lr": 2.0 ** float(c.log2_lr[i]),
+                "lr": float(c.lr[i]),  # as the table had it
                 "mean_loss": _num(float(c.mean_loss[i])),
                 "fit_loss": _num(float(d.fit.means[i])),  # the mean the optimum is fitted to (seed model)
                 "std_loss": _num(float(c.std_loss[i])),
@@ -109,7 +116,7 @@ def result_dict(r: FractionResult) -> dict[str, Any]:
             "n_depths": s.n_depths,
             "ci_low": _num(s.ci_low),
             "ci_high": _num(s.ci_high),
-            "ci_contains_zero": (s.ci_low <= 0.0 <= s.ci_high) if s.ci_available else None,
+            "ci_contains_zero": s.ci_contains_zero,
             "tolerance": r.slope_tolerance,
             "ci_inside_tolerance": (-r.slope_tolerance <= s.ci_low and s.ci_high <= r.slope_tolerance)
             if s.ci_available
@@ -453,7 +460,7 @@ def csv_rows(analysis: TransferAnalysis) -> tuple[list[str], list[dict[str, Any]
                     "seeds_min": smin,
                     "seeds_max": smax,
                     "opt_log2_lr": d.optimum.log2_lr,
-                    "opt_lr": d.optimum.lr,
+                    "opt_lr": d.optimum_lr,
                     "opt_loss": d.optimum.loss,
                     "opt_method": d.optimum.method,
                     "opt_edge": d.optimum.edge,
@@ -639,7 +646,7 @@ def build_blocks(analysis: TransferAnalysis, figures: list[tuple[str, str]]) -> 
                     str(r.base_depth) if r.base_depth is not None else "—",
                     f"{r.slope.n_depths} of {len(r.depths)}",
                     _slope_text(r) + (mark_text(slope_marks(r)) if r.slope.available else ""),
-                    ("yes" if r.slope.ci_low <= 0 <= r.slope.ci_high else "no") if r.slope.ci_available else "—",
+                    {True: "yes", False: "no", None: "—"}[r.slope.ci_contains_zero],
                     (
                         r.verdict
                         + mark_text(slope_marks(r))
@@ -757,7 +764,7 @@ def _depth_row(d: DepthResult) -> list[str]:
         _f(g_x, ".2f"),
         f"{_f(g_loss, '.4f')} ± {_f(g_std, '.4f')} (n={g_n})",
         _f(o.log2_lr, ".3f") + ci,
-        _f(o.lr, ".4g"),
+        _f(d.optimum_lr, ".4g"),
         o.method,
         _flags(d),
         _f(d.loss_at_base_lr, ".4f"),

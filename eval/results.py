@@ -26,7 +26,7 @@ from rundir.contract import (
     RUNS_DIR,
     TAIL_COLUMNS,
 )
-from rundir.files import read_summary
+from rundir.files import locate_runs, read_summary
 
 # Contract column -> the short name the analysis uses.
 SHORT_NAMES: dict[str, str] = {
@@ -191,6 +191,61 @@ def read_results(
     if absent := [c for c in ignore_columns if not any(c in left_out for _, left_out in read)]:
         raise ResultsError(f"--ignore-columns {absent}: in none of the headers of {', '.join(map(str, paths))}")
     return join_tables([table for table, _ in read])
+
+
+def read_paths(paths: Sequence[str | Path], ignore_columns: list[str] | tuple[str, ...] = ()) -> SweepResults:
+    """``eval transfer``'s paths read as one table (:func:`read_results`), each path read as every
+    eval command reads one (:func:`rundir.files.locate_runs`): a ``results.csv`` (any file name),
+    a sweep directory, a sweep's ``runs/`` folder (its sweep's table), or run directories of a
+    sweep (its table's rows of those runs only). What a folder was found to be is said in the
+    table's warnings; a run directory outside a sweep with ``results.csv``, or one without a row
+    there, is an error naming it."""
+    tables: list[Path] = []
+    derived: set[Path] = set()  # tables reached through a runs/ folder or run directories: read once
+    only: dict[Path, list[str]] = {}  # a table reached through run directories alone -> their run IDs
+    said: list[str] = []
+    for given in map(Path, paths):
+        at = locate_runs(given) if given.is_dir() else None
+        if at is None or at.kind == "sweep":
+            tables.append(given)  # read_results says what is wrong with it, if anything
+            continue
+        sweep = at.sweep_dir
+        if at.kind == "run" and given.parent.name == RUNS_DIR:
+            sweep = given.parent.parent
+        table = sweep / RESULTS_FILE if sweep is not None else None
+        if table is None or not table.is_file():
+            where = f"; no {table} (run `python -m launch status {sweep}` to write it)" if table else ""
+            raise ResultsError(
+                f"{at.describe()}{where}: eval transfer reads a sweep's {RESULTS_FILE} (give the sweep directory, "
+                f"its {RUNS_DIR}/ folder or its run directories)"
+            )
+        key = table.resolve()
+        if key not in derived:
+            derived.add(key)
+            tables.append(table)
+        if at.kind == "run":
+            only.setdefault(key, []).append(given.name)
+        else:
+            only[key] = []  # the whole table
+            said.append(f"read {at.describe()}")
+    sweep = read_results(tables, ignore_columns=ignore_columns)
+    restricted = {k: ids for k, ids in only.items() if ids}
+    if not restricted:
+        return replace(sweep, warnings=[*said, *sweep.warnings]) if said else sweep
+    files = sweep.rows["file"].map(lambda f: Path(f).resolve()) if "file" in sweep.rows else None
+    keep = np.ones(len(sweep.rows), dtype=bool)
+    for key, ids in restricted.items():
+        in_table = files.eq(key).to_numpy() if files is not None else np.ones(len(sweep.rows), dtype=bool)
+        if absent := sorted(set(ids) - set(sweep.rows["run_id"][in_table])):
+            raise ResultsError(
+                f"{key.parent / RUNS_DIR / absent[0]}: no row in {key} (run `python -m launch status "
+                f"{key.parent}` to write it again)"
+            )
+        keep &= ~in_table | sweep.rows["run_id"].isin(ids).to_numpy()
+        total = sweep.rows["run_id"][in_table].nunique()
+        said.append(f"only the {len(set(ids))} run directories given of the {total} runs of {key} analysed")
+    rows = sweep.rows[keep].reset_index(drop=True)
+    return replace(sweep, rows=rows, warnings=[*said, *sweep.warnings])
 
 
 def _read_table(

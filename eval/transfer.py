@@ -153,6 +153,23 @@ class DepthResult:
         c = self.curve
         return float(c.log2_lr[i]), float(c.mean_loss[i]), float(c.std_loss[i]), int(c.n_seeds[i])
 
+    @property
+    def best_grid_lr(self) -> float:
+        """The best grid point's LR as the table had it (NaN when none)."""
+        i = self.optimum.best_index
+        return math.nan if i is None else float(self.curve.lr[i])
+
+    @property
+    def optimum_lr(self) -> float:
+        """The optimum's LR: the grid value as the table had it where the optimum is a grid point
+        (``method`` ``grid``), else ``2^log2_lr`` of the fit."""
+        if self.optimum.method == "grid" and self.optimum.best_index is not None:
+            return float(self.curve.lr[self.optimum.best_index])
+        return self.optimum.lr
+
+
+SLOPE_ZERO_ATOL = 1e-9  # octaves per doubling: a slope this near 0 is 0 (float rounding, not a measurement)
+
 
 @dataclass
 class SlopeFit:
@@ -174,6 +191,16 @@ class SlopeFit:
     @property
     def ci_available(self) -> bool:
         return math.isfinite(self.ci_low) and math.isfinite(self.ci_high)
+
+    @property
+    def ci_contains_zero(self) -> bool | None:
+        """The CI holds 0 (None without a CI): the one answer the verdict, the report's "CI contains
+        0" column and ``transfer.json`` give. An end within ``SLOPE_ZERO_ATOL`` of 0 is 0 (rounding
+        of a slope of equal optima; it prints ``+0.000``); beyond that the numbers decide, not
+        their 3-decimal print (``[+0.000, +0.412]`` from a low end of +0.0004 excludes 0)."""
+        if not self.ci_available:
+            return None
+        return self.ci_low <= SLOPE_ZERO_ATOL and self.ci_high >= -SLOPE_ZERO_ATOL
 
 
 @dataclass
@@ -294,7 +321,7 @@ def transfer_verdict(slope: SlopeFit, tolerance: float) -> str | None:
         return None
     if -tolerance <= slope.ci_low and slope.ci_high <= tolerance:
         return VERDICTS[0]
-    if slope.ci_low > 0.0 or slope.ci_high < 0.0:
+    if not slope.ci_contains_zero:
         return VERDICTS[1]
     return VERDICTS[2]
 
@@ -536,9 +563,7 @@ def best_grid_lrs(sweep: SweepResults, fraction: float = 1.0) -> dict[tuple[Fami
     for (family, _), curves in curveset.curves.items():
         for curve in curves:
             _, opt = depth_optimum(curve)
-            best[(family, curve.depth)] = (
-                None if opt.best_index is None else 2.0 ** float(curve.log2_lr[opt.best_index])
-            )
+            best[(family, curve.depth)] = None if opt.best_index is None else float(curve.lr[opt.best_index])
     return best
 
 
@@ -680,13 +705,26 @@ def _fill_regrets(results: list[DepthResult], where_ff: str, notes: list[Note]) 
             notes.append(Note(f"{where_ff} | L={d.depth}", f"no regret: the base-depth optimal LR {at.note}"))
 
 
+def depth_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least-squares slope of each row of ``y`` against ``x`` (optimal log2 LR against log2 depth):
+    the point fit and every bootstrap draw. Each row is taken relative to its first value before it
+    is centred, so a row of one value (every depth's optimum the same grid LR) has the slope 0
+    exactly, not the ±1e-16 that centring on a rounded mean (or ``np.polyfit``) gave: a CI printed
+    ``[+0.000, +0.000]`` read "does not contain 0"."""
+    y = np.atleast_2d(np.asarray(y, dtype=float))
+    xc = np.asarray(x, dtype=float) - float(np.mean(x))
+    d = y - y[:, :1]
+    return (d - d.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+
+
 def _fit_slope(results: list[DepthResult]) -> SlopeFit:
     found = [d for d in results if d.optimum.found]
     if len(found) < 2:
         return SlopeFit(n_depths=len(found))
     x = np.log2([d.depth for d in found])
     y = np.array([d.optimum.log2_lr for d in found])
-    slope, intercept = np.polyfit(x, y, 1)
+    slope = float(depth_slopes(x, y)[0])
+    intercept = float(y.mean() - slope * x.mean())
     stderr = math.nan
     if len(found) >= 3:
         resid = y - (slope * x + intercept)
@@ -814,9 +852,7 @@ def _bootstrap(
             notes.append(Note(f"{where_ff} | L={d.depth}", text))
     _bootstrap_regrets(found, draws_of, where_ff, notes)
     if len(found) >= 2:
-        x = np.log2([d.depth for d in found])
-        xc = x - x.mean()
-        slopes = (opt_boot - opt_boot.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+        slopes = depth_slopes(np.log2([d.depth for d in found]), opt_boot)
         result.slope.ci_low, result.slope.ci_high = _percentile_ci(slopes)
         result.drift_ci = _percentile_ci(np.ptp(opt_boot, axis=1))
 

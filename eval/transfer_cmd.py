@@ -120,7 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sweep_dir",
         nargs="+",
         metavar="SWEEP_DIR",
-        help="sweep directory holding results.csv (or the CSV itself); several are read as one table (cooldowns "
+        help="sweep directory holding results.csv (or the CSV itself, its runs/ folder, or run directories of it: "
+        "their rows only); several are read as one table (cooldowns "
         "from several branch steps, a stable sweep and its cooldowns, one sweep run on two clusters): each checked "
         "alone, a run ID in two of them refused unless its rows are the same",
     )
@@ -242,11 +243,12 @@ def write_transfer(
     ``OSError`` when ``out`` cannot be made.
     """
     from eval.report import write_reports, write_transfer_csv, write_transfer_json
-    from eval.results import read_results, select_runs
+    from eval.results import read_paths, select_runs
     from eval.transfer import DEFAULT_SLOPE_TOLERANCE, Note, analyze
 
+    paths = [sweep_dir] if isinstance(sweep_dir, (str, Path)) else list(sweep_dir)
     sweep = select_runs(
-        read_results(sweep_dir, ignore_columns=ignore_columns or ()),
+        read_paths(paths, ignore_columns=ignore_columns or ()),
         where=where,
         depths=depths,
         shared_base=shared_base,

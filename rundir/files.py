@@ -34,6 +34,7 @@ from rundir.contract import (
     LOCK_FILE,
     METRICS_FILE,
     PARAMETRIZATION_FILE,
+    RESULTS_FILE,
     RUNS_DIR,
     STATUS_OF_EXIT,
     SUMMARY_FILE,
@@ -58,6 +59,7 @@ __all__ = [
     "EvalRecord",
     "ExitRecord",
     "RunDirError",
+    "RunsAt",
     "RunSummary",
     "checkpoint_dir",
     "json_safe",
@@ -71,6 +73,8 @@ __all__ = [
     "read_diagnostics_with_source",
     "read_summary",
     "run_dirs",
+    "is_run_dir",
+    "locate_runs",
     "step_dir_name",
     "truncate_diagnostics",
     "truncate_metrics",
@@ -123,6 +127,82 @@ def run_dirs(path: Path) -> list[Path]:
     if not runs.is_dir():
         return [Path(path)]
     return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE)  # a folder holding one of these is a run directory
+
+
+def is_run_dir(path: Path) -> bool:
+    """``path`` holds a run's files (its config, summary or metrics)."""
+    return any((Path(path) / name).is_file() for name in RUN_MARKERS)
+
+
+@dataclass(frozen=True)
+class RunsAt:
+    """What a path given to an eval command holds (:func:`locate_runs`).
+
+    ``kind``: ``sweep`` (a sweep directory: ``runs/`` or ``results.csv`` inside), ``runs`` (a folder of run
+    directories: a sweep's ``runs/`` itself, or any folder whose subfolders are runs), ``run`` (one
+    run directory) or ``none`` (none of those). ``sweep_dir``: the sweep directory whose
+    ``results.csv`` describes the runs (a sweep directory, or the folder above a ``runs/``
+    folder); None for a run directory or a folder of runs with another name. ``runs``: the run
+    directories, sorted."""
+
+    path: Path
+    kind: str
+    sweep_dir: Optional[Path]
+    runs: tuple[Path, ...]
+
+    @property
+    def table(self) -> Optional[Path]:
+        """The sweep's ``results.csv`` where it exists."""
+        if self.sweep_dir is None or not (self.sweep_dir / RESULTS_FILE).is_file():
+            return None
+        return self.sweep_dir / RESULTS_FILE
+
+    def describe(self) -> str:
+        """What was found, as messages say it: ``sweeps/a/runs: the runs/ folder of sweep
+        sweeps/a (8 run directories; results.csv there)``."""
+        n = len(self.runs)
+        count = f"{n} run director{'y' if n == 1 else 'ies'}"
+        table = f"{RESULTS_FILE} there" if self.table else f"no {RESULTS_FILE}"
+        if self.kind == "sweep":
+            return f"{self.path}: a sweep directory ({count} in {RUNS_DIR}/; {table})"
+        if self.kind == "runs" and self.sweep_dir is not None:
+            return f"{self.path}: the {RUNS_DIR}/ folder of sweep {self.sweep_dir} ({count}; {table})"
+        if self.kind == "runs":
+            return f"{self.path}: a folder of {count}"
+        if self.kind == "run":
+            return f"{self.path}: a run directory"
+        if not self.path.exists():
+            return f"{self.path}: not found"
+        if not self.path.is_dir():
+            return f"{self.path}: not a directory"
+        return (
+            f"{self.path}: neither a sweep directory (no {RUNS_DIR}/), a folder of run directories, nor a run "
+            f"directory (no {', '.join(RUN_MARKERS)})"
+        )
+
+
+def locate_runs(path: str | Path) -> RunsAt:
+    """The run directories ``path`` names, and the sweep they belong to: the one reading of a path
+    that every eval command takes. A sweep directory (``runs/`` or ``results.csv`` inside:
+    :func:`run_dirs`); a
+    sweep's ``runs/`` folder itself (its sweep is the folder above) or any folder of run
+    directories; a run directory. Anything else is ``kind`` ``none`` (:meth:`RunsAt.describe`
+    says why)."""
+    path = Path(path)
+    if not path.is_dir():
+        return RunsAt(path, "none", None, ())
+    if (path / RUNS_DIR).is_dir() or (path / RESULTS_FILE).is_file():  # a table alone: a sweep whose runs are elsewhere
+        return RunsAt(path, "sweep", path, tuple(run_dirs(path)) if (path / RUNS_DIR).is_dir() else ())
+    if is_run_dir(path):
+        return RunsAt(path, "run", None, (path,))
+    inside = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if path.name == RUNS_DIR:
+        return RunsAt(path, "runs", path.parent, tuple(inside))
+    runs = tuple(p for p in inside if is_run_dir(p))
+    return RunsAt(path, "runs", None, runs) if runs else RunsAt(path, "none", None, ())
 
 
 # ----------------------------------------------------------------------------- summary.json

@@ -588,3 +588,89 @@ def test_selection_errors_of_run_directories_name_what_was_read(tmp_path, capsys
     assert main(["dynamics", *dirs, *out, "--depths", "8"]) == 2
     said = "the run directories given: --depths [8] not among the depths their summary.json files name (swept: [2, 4])"
     assert capsys.readouterr().err == f"error: {said}\n"
+
+
+def _folder_sweep(root: Path) -> list[str]:
+    """A planted sweep: depth_mup at L = 2, 4, 8, one seed; update_ratio ~ L^-1/2 at LR 0.0156 (the
+    best: loss 3.0; 0.0039 and 0.0625 worse: 3.2 and 3.3, planted L^+1), and LR 4.0 diverged at
+    step 1, before any diagnostics row. Every run has metrics.jsonl (2 train rows; the diverged 1)."""
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    rng = np.random.default_rng(11)
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for L in (2, 4, 8):
+        for lr, loss, k in ((0.0039, 3.2, 1.0), (0.0156, 3.0, -0.5), (0.0625, 3.3, 1.0)):
+            run_id = f"L{L}-lr{lr}"
+            _family_run(root, run_id, "depth_mup", L, lr, 0, loss, k, rng)
+            (root / "runs" / run_id / "metrics.jsonl").write_text(
+                "".join(json.dumps({"kind": "train", "step": s, "loss": 6.0 - s / 10}) + "\n" for s in (10, 20))
+            )
+            lines.append(f"{run_id},depth_mup,{L},{lr},0,1.0,2,64,completed,40,1.0,{loss}")
+        rd = root / "runs" / f"L{L}-lr4.0"
+        rd.mkdir()
+        summary = {"status": "diverged", "preset": "depth_mup", "num_layers": L, "lr": 4.0, "seed": 0, "steps": 1}
+        (rd / "summary.json").write_text(json.dumps(summary))
+        (rd / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 40.0}) + "\n")
+        lines.append(f"L{L}-lr4.0,depth_mup,{L},4.0,0,1.0,2,64,diverged,1,1.0,")
+    (root / "results.csv").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def test_every_eval_command_reads_a_sweep_its_runs_folder_and_its_run_directories(tmp_path, capsys):
+    """`eval dynamics`, `loss-curves` and `transfer` given a sweep's runs/ folder read it as the sweep
+    (rundir.files.locate_runs, one reading of a path) and say so: the same planted exponent -0.5, the
+    same 12 curves (21 rows), the same best LR. Before, each failed: "no diagnostics.jsonl", "neither
+    a sweep directory nor a run directory", "runs/results.csv: file not found". Run directories of the
+    sweep given to transfer: those runs' rows of its table. The 3 runs that diverged before their
+    first diagnostics row are named as diverged (before: "trained without
+    logging.diagnostics_interval, or ended before its first diagnostics step"), and so is a lone one."""
+    from eval.__main__ import main
+    from eval.dynamics_cmd import write_dynamics
+
+    _folder_sweep(tmp_path)
+    runs = tmp_path / "runs"
+    exponents, notes = [], []
+    for path in (tmp_path, runs):
+        result = write_dynamics([path], tmp_path / "dyn", fractions=(1.0,), n_boot=20, figures=False)
+        (e,) = [e for e in result["exponents"] if e["quantity"] == "update_ratio"]
+        exponents.append(e["value"])
+        notes.append(result["notes"])
+    assert exponents[0] == pytest.approx(-0.5, abs=0.03) and exponents[1] == exponents[0]
+    said = "3 of 12 runs have no diagnostics rows and were left out (3 diverged before their first diagnostics row)"
+    assert said in notes[0] and said in notes[1]
+    assert f"read {runs}: the runs/ folder of sweep {tmp_path} (12 run directories; results.csv there)" in notes[1]
+
+    out = ["--no-figures"]
+    assert main(["loss-curves", str(runs), "--out", str(tmp_path / "lc"), *out]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"read {runs}: the runs/ folder of sweep {tmp_path} (12 run directories")
+    assert len((tmp_path / "lc" / "loss_curves.csv").read_text().splitlines()) == 1 + 9 * 2 + 3
+
+    best = []
+    for paths in ([tmp_path], [runs]):
+        assert main(["transfer", *map(str, paths), "--out", str(tmp_path / "tr"), "--bootstrap", "0", *out]) == 0
+        depths = json.loads((tmp_path / "tr" / "transfer.json").read_text())["results"][0]["depths"]
+        best.append([d["best_grid"]["lr"] for d in depths])
+    assert best == [[0.0156] * 3] * 2
+    chosen = [str(runs / f"L{L}-lr{lr}") for L in (2, 4) for lr in (0.0039, 0.0156, 0.0625)]
+    assert main(["transfer", *chosen, "--out", str(tmp_path / "tr"), "--bootstrap", "0", *out]) == 0
+    report = json.loads((tmp_path / "tr" / "transfer.json").read_text())
+    assert [d["depth"] for d in report["results"][0]["depths"]] == [2, 4]
+    assert (
+        f"only the 6 run directories given of the 12 runs of {tmp_path / 'results.csv'} analysed"
+        in (tmp_path / "tr" / "report.md").read_text()
+    )
+
+    capsys.readouterr()
+    assert main(["dynamics", str(runs / "L2-lr4.0"), "--out", str(tmp_path / "d2"), *out]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {runs / 'L2-lr4.0'}: a run directory: no run has diagnostics.jsonl rows (1 diverged before its "
+        "first diagnostics row)\n"
+    )
+    (tmp_path / "other").mkdir()
+    for command in ("dynamics", "loss-curves", "transfer"):
+        assert main([command, str(tmp_path / "other"), "--out", str(tmp_path / "o"), *out]) == 2
+        assert capsys.readouterr().err.startswith(
+            f"error: {tmp_path / 'other'}: neither a sweep directory (no runs/), a folder of run directories, nor a "
+            "run directory (no config.yaml, summary.json, metrics.jsonl)"
+        )

@@ -1025,9 +1025,9 @@ def test_ten_thousand_runs_are_checked_without_a_loop_over_runs(tmp_path, monkey
 
 def test_equal_optima_print_no_signed_zero(tmp_path, capsys):
     """Optima planted at log2 LR -6 at L = 4, 8, 16 (loss 3 + 0.1 (log2 lr + 6)^2, seeds -/+ 0.01:
-    the parabola's vertex is exactly -6 at every depth). The least-squares slope is -9e-16 (polyfit
-    over log2 L = 2, 3, 4): transfer.json keeps it, every printed text (stdout, report.md,
-    report.html, the figure's legend) says +0.000. Before: 'slope -0.000'. eval dynamics' table the
+    the parabola's vertex is exactly -6 at every depth). The least-squares slope is 0 exactly
+    (``eval.transfer.depth_slopes``; np.polyfit over log2 L = 2, 3, 4 gave -9.4e-16), and every
+    printed text (stdout, report.md, report.html, the figure's legend) says +0.000. Before: 'slope -0.000'. eval dynamics' table the
     same: update_ratio 0.01 at every depth gives an exponent of -5.6e-16, printed +0.000."""
     import math
 
@@ -1049,12 +1049,12 @@ def test_equal_optima_print_no_signed_zero(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "slope +0.000 [" in printed and "-0.000" not in printed
     result = json.loads((tmp_path / "out" / "transfer.json").read_text())["results"][0]
-    assert -1e-12 < result["slope"]["value"] < 0  # the value itself: -9.4e-16
+    assert result["slope"]["value"] == 0.0  # the value itself (np.polyfit: -9.4e-16)
     for name in ("report.md", "report.html"):
         text = (tmp_path / "out" / name).read_text()
         assert "+0.000" in text and "-0.000" not in text and "-0.00 " not in text, name
     (r,) = analyze(read_results(tmp_path), fractions=[1.0], n_boot=0).results
-    assert r.slope.slope < 0 and slope_legend(r) == "depth_mup: slope +0.000 (no CI)"
+    assert r.slope.slope == 0.0 and slope_legend(r) == "depth_mup: slope +0.000 (no CI)"
     assert [number(v, s) for v, s in ((-0.0, "+.3f"), (-4e-4, ".3f"), (-6e-4, ".3f"), (-1e-20, ".3g"))] == [
         "+0.000",
         "0.000",
@@ -1067,3 +1067,53 @@ def test_equal_optima_print_no_signed_zero(tmp_path, capsys):
            "expected": -0.0, "depths": [4, 8, 16]}  # fmt: skip
     assert "| +0.000 [-0.010, +0.000] | +0.000 |" in markdown({"exponents": [row]})
     assert math.copysign(1.0, row["expected"]) == -1.0  # the value is left as it is
+
+
+def test_lrs_are_written_as_the_table_has_them_and_a_zero_slope_is_zero(tmp_path):
+    """LRs 0.0039, 0.0156, 0.0625 (losses 3.2, 3.0, 3.3 at L = 1, 2, 8; two seeds -/+ 0.01): every
+    depth's optimum is the quadratic's vertex; the best grid point and each curve point carry the
+    LR as results.csv wrote it (0.0156), not 2^log2(0.0156) = 0.015600000000000001 (before). With
+    optima equal at every depth the slope is 0 exactly: each row is taken relative to its first
+    value (``depth_slopes``); centring on the mean left 4.2e-32 at log2 LR log2(0.00391) over
+    L = 1, 2, 8, and np.polyfit -1e-15. A CI end that near 0 contains 0 in the verdict, the
+    report's column and transfer.json alike (before: [-1e-16, -1e-17], printed [+0.000, +0.000],
+    read "no")."""
+    import math
+
+    from eval.__main__ import main
+    from eval.report import write_reports
+    from eval.results import read_results
+    from eval.transfer import SlopeFit, analyze, depth_slopes, transfer_verdict
+    from rundir.contract import CANONICAL_KEYS, TAIL_COLUMNS
+
+    assert 2.0 ** math.log2(0.0156) == 0.015600000000000001
+    lines = [",".join(["run_id", *CANONICAL_KEYS, *TAIL_COLUMNS])]
+    for L in (1, 2, 8):
+        for lr, loss in ((0.0039, 3.2), (0.0156, 3.0), (0.0625, 3.3)):
+            for seed, offset in ((0, -0.01), (1, 0.01)):
+                lines.append(f"L{L}-{lr}-s{seed},depth_mup,{L},{lr},{seed},1.0,1,64,completed,40,1.0,{loss + offset!r}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    assert main(["transfer", str(tmp_path), "--out", str(tmp_path / "out"), "--bootstrap", "0", "--no-figures"]) == 0
+    (result,) = json.loads((tmp_path / "out" / "transfer.json").read_text())["results"]
+    assert [d["best_grid"]["lr"] for d in result["depths"]] == [0.0156] * 3
+    assert [c["lr"] for c in result["depths"][0]["curve"]] == [0.0039, 0.0156, 0.0625]
+
+    x = np.log2([1, 2, 8])
+    y = np.full((2, 3), math.log2(0.00391))
+    xc = x - x.mean()
+    assert ((y - y.mean(axis=1, keepdims=True)) @ xc / (xc @ xc))[0] == pytest.approx(4.2e-32, rel=0.01)  # the old way
+    assert depth_slopes(x, y).tolist() == [0.0, 0.0]
+    assert depth_slopes(x, [[1.0, 2.0, 4.0]])[0] == pytest.approx(np.polyfit(x, [1.0, 2.0, 4.0], 1)[0], abs=1e-14)
+
+    near = SlopeFit(slope=-1e-16, n_depths=3, ci_low=-1e-16, ci_high=-1e-17)
+    assert near.ci_contains_zero is True and transfer_verdict(near, 0.1) == "consistent with transfer"
+    wide = SlopeFit(slope=0.3, n_depths=3, ci_low=1e-16, ci_high=0.6)
+    assert wide.ci_contains_zero is True and transfer_verdict(wide, 0.1) == "inconclusive"
+    apart = SlopeFit(slope=0.3, n_depths=3, ci_low=4e-4, ci_high=0.6)  # prints [+0.000, +0.600]: excludes 0
+    assert apart.ci_contains_zero is False and transfer_verdict(apart, 0.1) == "does not transfer"
+    analysis = analyze(read_results(tmp_path), fractions=[1.0], n_boot=0)
+    analysis.results[0].slope.ci_low, analysis.results[0].slope.ci_high = -1e-16, -1e-17
+    write_reports(tmp_path / "out", analysis, [])
+    summary = (tmp_path / "out" / "report.md").read_text().split("## Summary")[1]
+    row = next(line for line in summary.splitlines() if line.startswith("| depth_mup"))
+    assert "[+0.000, +0.000] | yes |" in row
