@@ -7,6 +7,8 @@ message that starts with the dotted key.
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -358,10 +360,33 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-# Keys added after runs began recording their config, each with the value a run whose record
-# lacks it ran with: a checkpoint written before the key existed resumes (and is continued from)
-# as it ran, not refused as if the key had changed.
-KEYS_ADDED: dict[str, Any] = {"model.make_vocab_size_divisible_by": 128}
+# Keys added after runs began recording their config (each key the first schema lacked:
+# tests/runconfig_fixtures/schema_keys_3c586d3.txt), each with the value a run whose record
+# lacks it ran with, so that a checkpoint written before the key existed resumes (and is
+# continued from) as it ran, not refused as if the key had changed from None. Where the new
+# default is not that value, a resume with the default is refused (a key a resume may not
+# change) and the refusal names the value to give (:func:`explain_added`).
+KEYS_ADDED: dict[str, Any] = {
+    "parametrization.yaida_s": None,  # c265545: no width 'yaida' before it; the others take no s
+    "logging.diagnostics_interval": 0,  # 78c6b65: no diagnostics.jsonl before it
+    "model.attention_backend": "auto",  # 3245dea: PyTorch's SDPA picked its kernel
+    "model.cross_entropy_fusion": False,  # 3245dea: megatron's unfused cross-entropy (default on since)
+    "model.rope_impl": "megatron",  # 1e2a64b: megatron-core's RoPE (a resume may change it)
+    "model.recompute": "none",  # 6c2d005: the throughput switches, all off before them
+    "model.recompute_modules": ["core_attn"],
+    "model.recompute_num_layers": 1,
+    "model.compile": False,
+    "model.compile_backend": "inductor",
+    "model.cuda_graphs": False,
+    "checkpoint.init_from": None,  # 1e5007c: every run started from its own initialization
+    "checkpoint.init_mode": "weights",  # d63a872: checkpoint.init_from took the weights only
+    "model.make_vocab_size_divisible_by": 128,  # f13ef06: the padding multiple was fixed at 128
+}
+
+
+def _lacks(config: dict[str, Any], key: str) -> bool:
+    section, name = key.split(".")
+    return isinstance(config.get(section), dict) and name not in config[section]
 
 
 def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
@@ -369,9 +394,23 @@ def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
     :data:`KEYS_ADDED` it lacks set to the value its run had."""
     out = dict(config)
     for key, value in KEYS_ADDED.items():
-        section, name = key.split(".")
-        if isinstance(out.get(section), dict) and name not in out[section]:
-            out[section] = {**out[section], name: value}
+        if _lacks(out, key):
+            section, name = key.split(".")
+            out[section] = {**out[section], name: copy.deepcopy(value)}
+    return out
+
+
+def explain_added(lines: list[str], config: dict[str, Any]) -> list[str]:
+    """``lines`` (``key: old -> new``, as :func:`runconfig.loader.describe_changes` writes them)
+    with each key the recorded ``config`` lacks (its run predates the key) explained: the value
+    that run had, as :data:`KEYS_ADDED` gives it, and the override that gives it back."""
+    out = []
+    for line in lines:
+        key = line.split(":", 1)[0]
+        if key in KEYS_ADDED and _lacks(config, key):
+            value = json.dumps(KEYS_ADDED[key])
+            line += f" (recorded before {key} existed: the run had {value}; give {key}={value} to go on as it ran)"
+        out.append(line)
     return out
 
 

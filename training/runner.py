@@ -205,7 +205,7 @@ class Trainer:
         import yaml
 
         from runconfig import to_dict
-        from runconfig.schema import as_recorded
+        from runconfig.schema import as_recorded, explain_added
         from training.data import DATA_LOCATION_KEYS
         from training.session import RESUMABLE_CHANGES, config_differences
 
@@ -215,7 +215,8 @@ class Trainer:
             return []
         if not isinstance(old, dict):
             return []
-        return config_differences(as_recorded(old), to_dict(self.cfg), RESUMABLE_CHANGES + DATA_LOCATION_KEYS)
+        lines = config_differences(as_recorded(old), to_dict(self.cfg), RESUMABLE_CHANGES + DATA_LOCATION_KEYS)
+        return explain_added(lines, old)
 
     # ------------------------------------------------------------------ loop
     def _loop(self, s: Session, flag: PreemptionFlag) -> Ending:

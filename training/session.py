@@ -24,7 +24,7 @@ import torch.distributed as dist
 from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
 from runconfig import changed_keys, describe_changes, dump_yaml, to_dict
-from runconfig.schema import RunConfig, as_recorded
+from runconfig.schema import RunConfig, as_recorded, explain_added
 from runconfig.validate import validate, validate_layout
 
 if TYPE_CHECKING:  # the heavy modules are imported when a session is built
@@ -362,7 +362,11 @@ def warn_parametrization_change(source: Any, table: dict, config_dict: dict) -> 
     from patches.table import table_differences
 
     common = source.common  # init_source read it
-    changed = {k: v for k, v in changed_keys(common["config"], config_dict).items() if k.startswith("parametrization.")}
+    changed = {
+        k: v
+        for k, v in changed_keys(as_recorded(common["config"]), config_dict).items()
+        if k.startswith("parametrization.")
+    }
     entries = [
         line
         for line in table_differences(common["parametrization"], table)
@@ -575,7 +579,7 @@ def check_continuable(
     changed = changed_keys(as_recorded(common["config"]), config_dict)
     same_data = common.get("data") == data
     allowed = RESUMABLE_CHANGES + BRANCH_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
-    for line in describe_changes(changed, allowed):
+    for line in explain_added(describe_changes(changed, allowed), common["config"]):
         key = line.split(":", 1)[0]
         why = next((w for prefix, w in CONTINUE_REFUSALS if key == prefix or key.startswith(prefix)), None)
         problems.append(f"{line} ({why})" if why else line)
@@ -737,7 +741,9 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     changed = changed_keys(as_recorded(common["config"]), config_dict)
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
-    diffs = describe_changes(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ()))
+    diffs = explain_added(
+        describe_changes(changed, RESUMABLE_CHANGES + (DATA_LOCATION_KEYS if same_data else ())), common["config"]
+    )
     if table_diffs and not diffs:  # the same config resolves differently (the presets' code changed)
         shown = table_diffs[:MAX_SHOWN]
         if len(table_diffs) > MAX_SHOWN:
