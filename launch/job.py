@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from jobscripts import sbatch
 from jobscripts.atomic import atomic_write_text
@@ -87,6 +87,42 @@ def _layout_source(config: Path, overrides: Sequence[str]) -> str:
     return f"{config} with {' '.join(mine)} (command line)" if mine else str(config)
 
 
+def data_paths(cfg: Any) -> list[tuple[str, str]]:
+    """``(key, path)`` of each file or folder the run config names for its data (a prefix: its
+    folder, the prefix being a stem of ``.bin``/``.idx`` names)."""
+    d = cfg.data
+    named = [("data.manifest", d.manifest), ("data.tokenizer", d.tokenizer)]
+    named += [(key, str(Path(p).parent)) for key in ("data.train_prefixes", "data.valid_prefixes")
+              for p in getattr(d, key.split(".")[1])]  # fmt: skip
+    return [(key, path) for key, path in named if path]
+
+
+def check_job_data(cfg: Any, *, elsewhere: bool) -> Optional[str]:
+    """The trainer's own data check (``training.data.check_run_data``), run here: a failure is a
+    :class:`LaunchError` (exit 2) with the trainer's message, which names the key and the file.
+
+    ``elsewhere``: the ranks run on other machines (SLURM, multi-node DeepSpeed), whose
+    filesystems this host may not see whole. A path the config names that does not exist here
+    is then a warning (returned), not an error: it may be on storage only the compute nodes
+    mount. Where every such path exists here the data is checked as on one host: a broken file
+    seen here is the file the nodes would read. Relative paths are the trainer's: from this
+    process's working directory, where the job's script runs it (``JobRequest.cwd``)."""
+    if cfg.data.mock:  # nothing to read (and no torch to import)
+        return None
+    if elsewhere:
+        unseen = [f"{key}: {path}" for key, path in data_paths(cfg) if not Path(path).exists()]
+        if unseen:
+            return (f"{'; '.join(unseen)}: not found from this host, so the data was not checked; "
+                    "the job's nodes must see it (a typo fails there, exit 2)")  # fmt: skip
+    from training.data import check_run_data
+
+    try:
+        check_run_data(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        raise LaunchError(str(exc)) from None
+    return None
+
+
 def prepare_job(req: JobRequest) -> PreparedJob:
     """Validate the config and render the launcher script (nothing written yet)."""
     if req.launcher not in LAUNCHERS:
@@ -112,6 +148,9 @@ def prepare_job(req: JobRequest) -> PreparedJob:
         ) from None
     if req.launcher == "slurm" and cfg.parallel.device == "cuda" and not req.gpus_per_node:
         raise LaunchError(f"--gpus-per-node: {config} runs on cuda (parallel.device) but the job asks for no GPU")
+    # the data, as the trainer checks it, before any rank starts or a job waits in a queue for it
+    ranks_elsewhere = req.launcher == "slurm" or (req.launcher == "deepspeed" and req.nodes > 1)
+    data_warning = check_job_data(cfg, elsewhere=ranks_elsewhere)
     hostfile = str((cwd / req.hostfile).resolve()) if req.hostfile else None
     hostfile_hosts = _count_hosts(Path(hostfile)) if hostfile and req.launcher == "deepspeed" else 0
 
@@ -119,7 +158,7 @@ def prepare_job(req: JobRequest) -> PreparedJob:
     if cfg.parallel.tensor_model_parallel_size > 1 and req.launcher != "local":
         # TP's communication overlaps the matrix products (Megatron-LM's setting)
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    warnings = []
+    warnings = [data_warning] if data_warning else []
     if req.launcher == "slurm" and (note := cpu_request_note(req.slurm, req.gpus_per_node)):
         warnings.append(note)
     # torchrun exits 1 for any rank's exit (the trainer's code is in its exit files) and kills the

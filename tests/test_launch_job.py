@@ -309,3 +309,73 @@ def test_child_gets_sigterm_when_launcher_is_sigkilled(tmp_path):
         assert time.time() < deadline, "the orphaned child never got SIGTERM"
         time.sleep(0.05)
     assert marker.read_text() == "75"
+
+
+# ----------------------------------------------------------------------------- the data, before any rank
+
+
+def test_a_torchrun_job_with_a_missing_manifest_exits_2_with_one_line_and_starts_no_rank(tmp_path):
+    """The docs' `launch job ... data.manifest=/data/cc --launcher torchrun` with a typo in the path, on
+    CPU with 2 ranks and the real train_gpt.py. Before: torchrun started both ranks, each printed
+    "data.manifest: ... does not exist", torchrun added its ChildFailedError traceback, and the run
+    directory held launch/torchrun.sh. Now launch runs the trainer's data check first: exit 2, the one
+    line, nothing started or written."""
+    missing, run_dir = tmp_path / "cc", tmp_path / "run"
+    env = {k: v for k, v in env_with(OMP_NUM_THREADS="1").items() if k != "DEPTHMUP_TRAIN_CMD"}
+    argv = ["job", "--config", str(TINY_BASE), f"data.manifest={missing}", f"run.dir={run_dir}",
+            "--launcher", "torchrun", "--nproc-per-node", "2"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "launch", *argv], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"error: data.manifest: {missing} does not exist"])
+    assert done.stdout == ""
+    assert not run_dir.exists()
+
+
+def test_a_torchrun_job_with_good_data_starts_its_ranks(tmp_path, monkeypatch):
+    """The same job on a real manifest (megatron .bin/.idx, vocabulary 512 as the config's) passes the
+    check and runs both ranks: they all-reduce their rank + 1 over gloo, 1 + 2 = 3."""
+    from tests.test_training_data_checks import good
+
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0")
+    data, run_dir = good(tmp_path / "data"), tmp_path / "run"
+    argv = ["job", "--config", str(TINY_BASE), f"data.manifest={data}", f"run.dir={run_dir}", "training.steps=8",
+            "--launcher", "torchrun", "--nproc-per-node", "2", "--train-cmd", FAKE_TRAIN_CMD]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads((run_dir / "dist.json").read_text()) == {"world_size": 2, "all_reduce_sum": 3.0}
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_slurm_job_warns_of_data_this_host_cannot_see_and_refuses_data_it_sees_broken(tmp_path, capsys, cluster):
+    """SLURM's ranks run on compute nodes, which may mount storage the login node does not: a path the
+    config names that does not exist here is a warning and the job is submitted. Data this host sees
+    is checked as the trainer checks it: a manifest whose train.bin is gone, or whose vocabulary is not
+    model.vocab_size, is exit 2 naming the key and the file, nothing submitted or written."""
+    from tests.test_training_data_checks import good
+
+    slurm = ["--launcher", "slurm", "--nodes", "1", "--nproc-per-node", "2"]
+
+    def job(name: str, *overrides: str) -> tuple[int, Path]:
+        run_dir = tmp_path / name
+        return main(["job", "--config", str(TINY_BASE), f"run.dir={run_dir}", *overrides, *slurm]), run_dir
+
+    missing = tmp_path / "only_on_the_nodes" / "cc"
+    code, run_dir = job("unseen", f"data.manifest={missing}")
+    assert code == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"[launch] warning: data.manifest: {missing}: not found from this host, so the data was not "
+                      "checked; the job's nodes must see it (a typo fails there, exit 2)")  # fmt: skip
+    assert len(dumps(cluster, "sbatch")) == 1
+    assert f"data.manifest={missing}" in (run_dir / "launch" / "slurm.sbatch").read_text()
+
+    data = good(tmp_path / "data")
+    code, run_dir = job("vocab", f"data.manifest={data}", "model.vocab_size=256")
+    assert code == 2 and not run_dir.exists()
+    assert capsys.readouterr().err.splitlines() == [
+        "error: model.vocab_size: 256 disagrees with the data's tokenizer (512); "
+        "set model.vocab_size=null to take the tokenizer's"
+    ]
+    (data / "train.bin").unlink()
+    code, run_dir = job("no_bin", f"data.manifest={data}")
+    assert code == 2 and not run_dir.exists()
+    assert capsys.readouterr().err.splitlines() == [f"error: data.manifest: {data / 'train.bin'} does not exist"]
+    assert len(dumps(cluster, "sbatch")) == 1  # the first job's only

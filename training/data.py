@@ -320,6 +320,21 @@ def check_data(cfg: RunConfig) -> TokenizerInfo:
     return tokenizer
 
 
+def check_run_data(cfg: RunConfig) -> TokenizerInfo:
+    """What the trainer checks of the run's data before a process group or model exists: a data
+    source is given (``RunConfig.check_data_source``), :func:`check_data`, and ``model.vocab_size``
+    against the data's tokenizer. Each failure is one ``ValueError`` (or ``FileNotFoundError``)
+    naming the key and the file. ``launch job`` runs it too, before it starts or submits ranks."""
+    cfg.check_data_source()
+    tokenizer = check_data(cfg)
+    if cfg.model.vocab_size is not None and cfg.model.vocab_size != tokenizer.vocab_size and not cfg.data.mock:
+        raise ValueError(
+            f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({tokenizer.vocab_size}); "
+            "set model.vocab_size=null to take the tokenizer's"
+        )
+    return tokenizer
+
+
 @contextlib.contextmanager
 def index_cache_lock(cache_dir: Optional[str]) -> Iterator[None]:
     """One process at a time builds or reads the index cache in ``cache_dir`` (a ``flock`` on its

@@ -202,23 +202,17 @@ def _has_checkpoint(run_dir: Path) -> bool:
 def build_session(cfg: RunConfig, *, force: bool, is_main: bool) -> Session:
     """Set up the run of ``cfg`` (resuming from its latest checkpoint) and return it."""
     from training import checkpoint
-    from training.data import build_datasets, check_data, data_identity, data_parallel_plan, eval_micro_batches
+    from training.data import build_datasets, check_run_data, data_identity, data_parallel_plan, eval_micro_batches
     from training.distributed import env_int, init_distributed, seed_everything
     from training.metrics import RunLog
     from training.model import Placement, build_model, padded_vocab_size, resolve
     from training.optim import build_scheduler
 
     try:
-        cfg.check_data_source()
-        tokenizer = check_data(cfg)  # broken data exits 2 here, before a process group or model exists
+        tokenizer = check_run_data(cfg)  # broken data exits 2 here, before a process group or model exists
     except (ValueError, FileNotFoundError) as exc:
         raise SetupError(str(exc)) from exc
     vocab_size = tokenizer.vocab_size
-    if cfg.model.vocab_size is not None and cfg.model.vocab_size != vocab_size and not cfg.data.mock:
-        raise SetupError(
-            f"model.vocab_size: {cfg.model.vocab_size} disagrees with the data's tokenizer ({vocab_size}); "
-            "set model.vocab_size=null to take the tokenizer's"
-        )
     device, bf16 = select_device(cfg)
     run_dir = Path(cfg.run.dir)
     par = cfg.parallel
