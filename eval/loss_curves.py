@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.outputs import atomic_write_bytes
+from eval.outputs import atomic_write_bytes, lr_text
 from rundir.contract import ExitCode
 from rundir.files import (
     INHERITED_FROM,
@@ -116,7 +115,7 @@ def plot(curves: list[RunCurve], out: Path, dpi: int = 150) -> list[Path]:
             if inherited:
                 ax.plot(*zip(*inherited), "--", color=color, lw=1.0, gid=f"inherited:{c.run_id}")
             if len(own) > len(inherited[-1:]):
-                label = None if c.lr in labelled else f"lr 2^{math.log2(c.lr):.3g}" if c.lr else c.run_id
+                label = None if c.lr in labelled else f"lr {lr_text(c.lr)}" if c.lr else c.run_id
                 labelled.add(c.lr)
                 ax.plot(*zip(*own), "-", color=color, lw=1.4, label=label, gid=f"own:{c.run_id}")
             evals = [

@@ -16,7 +16,7 @@ import numpy as np
 
 from eval.curves import CurveSet, DepthCurve, Family, build_curves
 from eval.optimum import LossAt, Optimum, fit_optimum, loss_at
-from eval.outputs import number
+from eval.outputs import lr_text, number
 from eval.results import FRACTION_ATOL, ResultsError, SweepResults, check_presets, read_divergence_reasons
 from eval.seed_model import SEED_MODELS, CurveMeans, curve_means
 from rundir.contract import PARAMETRIZATION_KEYS
@@ -645,7 +645,7 @@ def _depth_notes(where: str, curve: DepthCurve, opt: Optimum) -> list[Note]:
     partial = [i for i in range(curve.log2_lr.size) if curve.n_seeds[i] > 0 and curve.n_diverged[i] > 0]
     if partial:
         cells = ", ".join(
-            f"lr=2^{number(curve.log2_lr[i], '.2f')} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
+            f"lr={lr_text(curve.lr[i])} ({curve.n_diverged[i]} of {curve.n_diverged[i] + curve.n_seeds[i] + curve.n_missing[i]})"
             for i in partial
         )
         notes.append(

@@ -370,7 +370,7 @@ KEYS_ADDED: dict[str, Any] = {
     "parametrization.yaida_s": None,  # c265545: no width 'yaida' before it; the others take no s
     "logging.diagnostics_interval": 0,  # 78c6b65: no diagnostics.jsonl before it
     "model.attention_backend": "auto",  # 3245dea: PyTorch's SDPA picked its kernel
-    "model.cross_entropy_fusion": False,  # 3245dea: megatron's unfused cross-entropy (default on since)
+    "model.cross_entropy_fusion": False,  # 3245dea: megatron's unfused cross-entropy (default on since; a resume may change it)
     "model.rope_impl": "megatron",  # 1e2a64b: megatron-core's RoPE (a resume may change it)
     "model.recompute": "none",  # 6c2d005: the throughput switches, all off before them
     "model.recompute_modules": ["core_attn"],

@@ -1117,3 +1117,29 @@ def test_lrs_are_written_as_the_table_has_them_and_a_zero_slope_is_zero(tmp_path
     summary = (tmp_path / "out" / "report.md").read_text().split("## Summary")[1]
     row = next(line for line in summary.splitlines() if line.startswith("| depth_mup"))
     assert "[+0.000, +0.000] | yes |" in row
+
+
+def test_lr_labels_are_the_lr_as_the_table_has_it(tmp_path, monkeypatch):
+    """`eval loss-curves` labelled each LR 2^{log2 lr:.3g}: 0.0156 read "lr 2^-6" (2^-6 = 0.015625,
+    another LR of the grid). Now eval.outputs.lr_text: the table's value, and its power of two only
+    where it is one exactly."""
+    import eval.plots
+    from eval.loss_curves import RunCurve, plot
+    from eval.outputs import lr_text
+
+    assert lr_text(0.0156) == "0.0156"
+    assert lr_text(0.015625) == "0.015625 (2^-6)"
+    assert lr_text(0.001953125) == "0.001953125 (2^-9)"
+    assert lr_text(0.003) == "0.003"
+    assert lr_text(2**-9.5) == repr(2**-9.5)  # a half power: no exponent claimed
+
+    shown = {}
+
+    def keep(fig, out, name, dpi):
+        shown.update({label: True for ax in fig.axes for label in ax.get_legend_handles_labels()[1]})
+        return []
+
+    monkeypatch.setattr(eval.plots, "save_figure", keep)
+    rows = [{"kind": "train", "step": s, "loss": 5.0 - s} for s in (1, 2, 3)]
+    plot([RunCurve("a", 2, 0.0156, rows), RunCurve("b", 2, 0.015625, rows), RunCurve("c", 2, None, rows)], tmp_path)
+    assert sorted(shown) == ["c", "lr 0.0156", "lr 0.015625 (2^-6)"]  # before: "lr 2^-6" twice

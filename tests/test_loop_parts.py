@@ -9,7 +9,14 @@ import math
 import pytest
 
 from rundir import files as rd
-from training.loop_parts import Checkpointer, DivergenceGuard, EvalSchedule, ThroughputMeter, train_line
+from training.loop_parts import (
+    Checkpointer,
+    DivergenceGuard,
+    EtaEstimate,
+    EvalSchedule,
+    ThroughputMeter,
+    train_line,
+)
 
 
 def test_eval_schedule_maps_steps_to_fractions():
@@ -83,6 +90,26 @@ def test_throughput_meter_leaves_the_sessions_first_step_out():
     clock.now += 1.3
     m.warmed_up()
     assert m.row(11)["step_time_s"] == pytest.approx(1.3)
+
+
+def test_eta_leaves_the_sessions_first_step_out():
+    """Resumed at step 10 of 100: a warm-up step of 1.6 s, then 9 steps of 0.1 s (step 20 logged):
+    80 steps left at 0.1 s = 8 s. The session's mean, as the trainer took it before, read
+    (1.6 + 0.9) / 10 x 80 = 20 s."""
+    clock = FakeClock()
+    eta = EtaEstimate(clock=clock)
+    eta.start(10)
+    assert eta.seconds_left(10, 100) is None  # no step yet
+    clock.now += 1.6
+    eta.warmed_up()
+    assert eta.seconds_left(11, 100) == pytest.approx(1.6 * 89)  # the first step is all there is
+    clock.now += 9 * 0.1
+    assert eta.seconds_left(20, 100) == pytest.approx(8.0)
+    clock.now += 0.5 + 10 * 0.1  # an evaluation of 0.5 s stays in: evaluations recur
+    assert eta.seconds_left(30, 100) == pytest.approx((0.9 + 0.5 + 1.0) / 19 * 70)
+    eta.start(30)  # a new session: a warm-up again
+    clock.now += 2.0
+    assert eta.seconds_left(31, 100) == pytest.approx(2.0 * 69)
 
 
 def test_train_line_has_megatron_field_names():

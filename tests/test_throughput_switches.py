@@ -105,12 +105,17 @@ def test_bad_throughput_settings_name_the_key(overrides, key):
 
 
 def test_throughput_switches_may_change_on_resume():
-    """A checkpoint's config written before the switches existed, or with other values of them,
-    resumes; a change of the math (here the width) still refuses."""
+    """A checkpoint's config written before the switches existed, or with other values of them or
+    of the kernel choices (attention backend, fused cross-entropy), resumes; a change of the math (here the width) still refuses."""
     from runconfig.loader import to_dict
     from training.session import config_differences
 
-    new = to_dict(tiny_config("model.recompute=full", "model.compile=true", "model.rope_impl=megatron"))
+    new = to_dict(
+        tiny_config(
+            "model.recompute=full", "model.compile=true", "model.rope_impl=megatron",
+            "model.attention_backend=math", "model.cross_entropy_fusion=false",  # the kernel choices: recorded, changed
+        )
+    )  # fmt: skip
     old = to_dict(tiny_config())
     for key in ("rope_impl", "recompute", "recompute_modules", "recompute_num_layers", "compile",
                 "compile_backend", "cuda_graphs"):  # fmt: skip

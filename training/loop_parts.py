@@ -4,6 +4,7 @@
 * :class:`DivergenceGuard`: when a run has diverged (non-finite loss or grad norm, or the loss
   above a bound for ``patience`` steps in a row);
 * :class:`ThroughputMeter`: step time, tokens/s, TFLOP/s per GPU and MFU over a logging interval;
+* :class:`EtaEstimate`: the time left, from the session's steps after its first (warm-up) step;
 * :func:`train_line`: the Megatron-style line each logged step prints;
 * :class:`Checkpointer`: when to write a periodic checkpoint (``maybe_save``).
 
@@ -125,6 +126,40 @@ class ThroughputMeter:
             "tflops_per_gpu": tflops,
             "mfu": tflops * 1e12 / self.peak_flops if tflops and self.peak_flops else None,
         }
+
+
+@dataclass
+class EtaEstimate:
+    """The training line's ETA: the steps left times this session's mean step time. The
+    session's first step (:meth:`warmed_up`: compilation, autotuning, caches, as
+    :class:`ThroughputMeter` leaves it out of its rates) is left out where later steps exist: on
+    the tiny CPU model 1.6 s against 0.03 s a step, it made the ETA after 10 steps six times too
+    long. Evaluations and checkpoints stay in (they recur until the end). Before any step after
+    the first, the first step's time is all there is. ``clock`` is injectable for tests."""
+
+    clock: Callable[[], float] = time.monotonic
+    _step: int = 0
+    _started: float = 0.0
+    _warm: Optional[float] = None  # when the session's first step ended
+
+    def start(self, step: int) -> None:
+        """The session starts after ``step`` (the step it resumes from)."""
+        self._step, self._started, self._warm = step, self.clock(), None
+
+    def warmed_up(self) -> None:
+        """Called right after the session's first step."""
+        self._warm = self.clock()
+
+    def seconds_left(self, done: int, steps: int) -> Optional[float]:
+        """Seconds until step ``steps``, ``done`` steps being done; None before the first."""
+        n = done - self._step
+        if n <= 0:
+            return None
+        if self._warm is not None and n > 1:
+            per_step = (self.clock() - self._warm) / (n - 1)
+        else:
+            per_step = (self.clock() - self._started) / n
+        return per_step * (steps - done)
 
 
 def _clock_text(seconds: float) -> str:

@@ -45,6 +45,7 @@ from training.backends import StepResult
 from training.loop_parts import (
     Checkpointer,
     DivergenceGuard,
+    EtaEstimate,
     EvalSchedule,
     ThroughputMeter,
     eval_line,
@@ -249,8 +250,10 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
+        eta = EtaEstimate()
         self.session_start = time.time()
         meter.start(s.resume.step)
+        eta.start(s.resume.step)
         try:
             with logging_redirect_tqdm(loggers=[log]):
                 for step in range(s.resume.step, steps):
@@ -259,11 +262,13 @@ class Trainer:
                     base_lr = s.scheduler.get_lr({})  # eta x schedule: each group's LR is a multiple
                     result = self._train_step(s, step)
                     warmup = meter.warmed_up() if step == s.resume.step else None
+                    if warmup is not None:
+                        eta.warmed_up()
                     self._skipped += not result.applied
                     reason = guard.check(result.loss, result.grad_norm, done)
                     if warmup is not None and not reason:  # a run ending here logs that step alone
                         self._warmed_up(s, done, warmup)
-                    rates = self._log_train(s, done, result, lrs, base_lr, meter, force=bool(reason))
+                    rates = self._log_train(s, done, result, lrs, base_lr, meter, eta, force=bool(reason))
                     if reason:
                         log.warning("diverged: %s", reason)
                         return Ending(Status.DIVERGED, reason, done)
@@ -326,6 +331,7 @@ class Trainer:
         lrs: dict,
         base_lr: float,
         meter: ThroughputMeter,
+        eta: EtaEstimate,
         force: bool,
     ) -> Optional[dict]:
         """Every ``logging.interval`` steps, at the last step and when the run is about to end
@@ -347,8 +353,6 @@ class Trainer:
                 "skipped": not result.applied,
             }
         )
-        session_s = time.time() - (self.session_start or self.started)
-        steps_done = done - s.resume.step
         line = train_line(
             done,
             cfg.training.steps,
@@ -358,7 +362,7 @@ class Trainer:
             grad_norm=result.grad_norm,
             rates=rates,
             elapsed_s=self._wall_time(),
-            eta_s=session_s / steps_done * (cfg.training.steps - done) if steps_done else None,
+            eta_s=eta.seconds_left(done, cfg.training.steps),
             skipped=self._skipped,
         )
         log.info("%s", line)

@@ -58,10 +58,13 @@ from rundir.files import (
 from training.loop_parts import pipeline_note
 
 # Config keys that may change between a run and its resume (they do not change the math; the
-# throughput switches change float rounding at most, and runs written before they existed resume).
+# throughput switches and the kernel choices change float rounding at most, as Megatron-LM lets a
+# resume switch its attention backend or fused cross-entropy; runs written before they existed
+# resume, e.g. with cross_entropy_fusion's new default true where they ran unfused).
 RESUMABLE_CHANGES = (
     "run.dir", "logging.", "checkpoint.", "parallel.cpu_threads", "data.cache_dir",
     "model.rope_impl", "model.recompute", "model.compile", "model.cuda_graphs",
+    "model.attention_backend", "model.cross_entropy_fusion",
 )  # fmt: skip
 
 log = logging.getLogger("train_gpt")
