@@ -443,6 +443,9 @@ def test_a_rank_crashing_while_its_session_is_built_records_exit_1_unless_it_was
     monkeypatch.setenv(ATTEMPT_EXIT_ENV, str(own))
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(runner, "build_session", broken_node)
+    # in-process: the run's closing shutdown() would end megatron's state that this test worker's
+    # other tests hold (its session-wide process group and parallel groups)
+    monkeypatch.setattr("training.distributed.shutdown", lambda: None)
     cfg = load_config(RunConfig, str(TINY_BASE), [f"run.dir={tmp_path / 'run'}"])
     assert runner.Trainer(cfg, received=lambda: signal_first).run() == 1
     if signal_first:
