@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from runconfig.schema import RunConfig, run_identity
+from runconfig.validate import check_world
 from rundir.contract import EXIT_OF_STATUS, LOCK_FILE, ExitCode, Status
 from rundir.files import (
     CHECKPOINTS_DIR,
@@ -124,6 +125,14 @@ class Trainer:
             if self.is_main:
                 print(f"{self.run_dir}: already {previous.status}; nothing to do (use --force to retrain)")
             return EXIT_OF_STATUS[previous.status]
+        try:  # before the lock's all-reduce sets up a process group for a world that cannot be split
+            check_world(
+                int(os.environ.get("WORLD_SIZE", "1")),
+                self.cfg.parallel.tensor_model_parallel_size,
+                self.cfg.parallel.pipeline_model_parallel_size,
+            )
+        except ValueError as exc:
+            return self._refuse(str(exc), owns_run_dir=False)
         lock = RunLock(self.run_dir) if self.is_main else None
         if not self._lock_taken(lock):
             message = f"{self.run_dir} is in use by another process (lock {self.run_dir / LOCK_FILE})"
