@@ -391,7 +391,8 @@ def _lacks(config: dict[str, Any], key: str) -> bool:
 
 def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
     """A recorded config (``config.yaml``, a checkpoint's ``common.json``) with each key of
-    :data:`KEYS_ADDED` it lacks set to the value its run had."""
+    :data:`KEYS_ADDED` it lacks set to the value its run had. Comparisons pass both sides through
+    it, so that a key neither side holds (a partial config) is no change; a whole config has them all."""
     out = dict(config)
     for key, value in KEYS_ADDED.items():
         if _lacks(out, key):

@@ -361,7 +361,7 @@ def warn_parametrization_change(source: Any, table: dict, config_dict: dict) -> 
     common = source.common  # init_source read it
     changed = {
         k: v
-        for k, v in changed_keys(as_recorded(common["config"]), config_dict).items()
+        for k, v in changed_keys(as_recorded(common["config"]), as_recorded(config_dict)).items()
         if k.startswith("parametrization.")
     }
     entries = [
@@ -573,7 +573,7 @@ def check_continuable(
             f"training.steps: {cfg.training.steps} is not past the source's step {step}: nothing to continue "
             f"(give training.steps > {step}{earlier})"
         )
-    changed = changed_keys(as_recorded(common["config"]), config_dict)
+    changed = changed_keys(as_recorded(common["config"]), as_recorded(config_dict))
     same_data = common.get("data") == data
     allowed = RESUMABLE_CHANGES + BRANCH_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
     for line in explain_added(describe_changes(changed, allowed), common["config"]):
@@ -735,7 +735,7 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     from training.data import DATA_LOCATION_KEYS
 
     table_diffs = table_differences(common["parametrization"], table)
-    changed = changed_keys(as_recorded(common["config"]), config_dict)
+    changed = changed_keys(as_recorded(common["config"]), as_recorded(config_dict))
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
     diffs = explain_added(
