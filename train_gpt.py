@@ -67,28 +67,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # flags may sit among the key=value overrides
 
 
-def refused_before_run_dir(message: str) -> None:
-    """A refusal (exit 2) before the run directory is known, recorded in this attempt's own exit
-    file where its launcher named one (``$DEPTHMUP_ATTEMPT_EXIT``): torchrun exits 1 whatever
-    its ranks exit with, and srun 75 when ``--kill-on-bad-exit`` stopped the other ranks while
-    they started (a preemption to requeue, up to ``max_requeues`` times), so without it the
-    launcher saw a crash or a preemption, not bad input."""
-    from rundir.contract import ExitCode
+def record_attempt_exit(code: int, reason: str) -> None:
+    """An ending before the Trainer took over, recorded in this attempt's own exit file where its
+    launcher named one (``$DEPTHMUP_ATTEMPT_EXIT``): torchrun exits 1 whatever its ranks exit
+    with, and srun 75 when ``--kill-on-bad-exit`` stopped the other ranks while they started (a
+    preemption to requeue, up to ``max_requeues`` times), so without it the launcher saw a crash
+    or a preemption, not bad input (2), nor a crash to stop at (1: an import failing on a broken
+    node would have been requeued to crash again)."""
     from rundir.files import ExitRecord, write_attempt_exit
 
-    write_attempt_exit(ExitRecord(ExitCode.USAGE, message, int(os.environ.get("RANK", "0"))))
-
-
-def crashed_while_starting(exc: Exception) -> None:
-    """A crash before the Trainer took over (an import failing on a broken node), recorded as
-    exit 1 in this attempt's own file (``$DEPTHMUP_ATTEMPT_EXIT``): srun's --kill-on-bad-exit
-    sends the other ranks SIGTERM while they start, they exit 75 and srun with them, which the
-    job took for a preemption and requeued, up to ``max_requeues`` times, to crash again."""
-    from rundir.contract import ExitCode
-    from rundir.files import ExitRecord, write_attempt_exit
-
-    reason = f"crashed while starting: {type(exc).__name__}: {exc}"
-    write_attempt_exit(ExitRecord(ExitCode.FAILED, reason, int(os.environ.get("RANK", "0"))))
+    write_attempt_exit(ExitRecord(code, reason, int(os.environ.get("RANK", "0"))))
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
@@ -112,7 +100,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
             args = parse_args(argv)
         except SystemExit as exc:  # argparse's usage error (its message printed above)
             if exc.code == ExitCode.USAGE:
-                refused_before_run_dir("train_gpt.py: bad command line (see its error message)")
+                record_attempt_exit(ExitCode.USAGE, "train_gpt.py: bad command line (see its error message)")
             raise
         if args.local_rank is not None:
             os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
@@ -123,7 +111,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
             cfg = load_config(RunConfig, args.config, args.overrides)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            refused_before_run_dir(str(exc))
+            record_attempt_exit(ExitCode.USAGE, str(exc))
             return ExitCode.USAGE
         from training.runner import Trainer
 
@@ -133,7 +121,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
         return trainer.run()
     except Exception as exc:  # the Trainer records its own crashes; after a stop signal a crash
         if trainer is None and received.name is None:  # may be the stop's doing
-            crashed_while_starting(exc)
+            from rundir.contract import ExitCode  # (again: the crash may have been its first import)
+
+            record_attempt_exit(ExitCode.FAILED, f"crashed while starting: {type(exc).__name__}: {exc}")
         raise
     except StartupInterrupted as exc:
         for sig in STARTUP_SIGNALS:  # a second Ctrl-C must not turn the one line into a traceback

@@ -165,7 +165,7 @@ class Trainer:
                     # crashed while starting, unasked (after a stop signal a crash may be the stop's
                     # doing): on any rank, this attempt's own file says 1, since srun's kill-on-bad-exit
                     # stops the other ranks while they start, they exit 75 (a preemption to requeue),
-                    # and srun with them (train_gpt.crashed_while_starting: a crash before this)
+                    # and srun with them (train_gpt.record_attempt_exit: a crash before this)
                     write_attempt_exit(
                         ExitRecord(ExitCode.FAILED, f"crashed while starting: {ending.reason}", self.rank)
                     )
