@@ -401,6 +401,14 @@ def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def recorded_changes(recorded: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The keys whose value differs between a recorded config and ``config``, both read through
+    :func:`as_recorded` (a key added since the record is the value its run had, not None)."""
+    from runconfig.loader import changed_keys
+
+    return changed_keys(as_recorded(recorded), as_recorded(config))
+
+
 def explain_added(lines: list[str], config: dict[str, Any]) -> list[str]:
     """``lines`` (``key: old -> new``, as :func:`runconfig.loader.describe_changes` writes them)
     with each key the recorded ``config`` lacks (its run predates the key) explained: the value

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from jobscripts.allocation import cpu_threads
 from jobscripts.atomic import atomic_write_text
 from runconfig import changed_keys, describe_changes, dump_yaml, to_dict
-from runconfig.schema import RunConfig, as_recorded, explain_added
+from runconfig.schema import RunConfig, explain_added, recorded_changes
 from runconfig.validate import validate, validate_layout
 
 if TYPE_CHECKING:  # the heavy modules are imported when a session is built
@@ -360,9 +360,7 @@ def warn_parametrization_change(source: Any, table: dict, config_dict: dict) -> 
 
     common = source.common  # init_source read it
     changed = {
-        k: v
-        for k, v in changed_keys(as_recorded(common["config"]), as_recorded(config_dict)).items()
-        if k.startswith("parametrization.")
+        k: v for k, v in recorded_changes(common["config"], config_dict).items() if k.startswith("parametrization.")
     }
     entries = [
         line
@@ -573,7 +571,7 @@ def check_continuable(
             f"training.steps: {cfg.training.steps} is not past the source's step {step}: nothing to continue "
             f"(give training.steps > {step}{earlier})"
         )
-    changed = changed_keys(as_recorded(common["config"]), as_recorded(config_dict))
+    changed = recorded_changes(common["config"], config_dict)
     same_data = common.get("data") == data
     allowed = RESUMABLE_CHANGES + BRANCH_CHANGES + (DATA_LOCATION_KEYS if same_data else ())
     for line in explain_added(describe_changes(changed, allowed), common["config"]):
@@ -735,7 +733,7 @@ def check_resumable(common: dict, ckpt: Path, table: dict, config_dict: dict, da
     from training.data import DATA_LOCATION_KEYS
 
     table_diffs = table_differences(common["parametrization"], table)
-    changed = changed_keys(as_recorded(common["config"]), as_recorded(config_dict))
+    changed = recorded_changes(common["config"], config_dict)
     moved = [k for k in DATA_LOCATION_KEYS if k in changed]
     same_data = common.get("data") == data
     diffs = explain_added(
