@@ -126,7 +126,12 @@ def run_dirs(path: Path) -> list[Path]:
     runs = Path(path) / RUNS_DIR
     if not runs.is_dir():
         return [Path(path)]
-    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return _subfolders(runs)
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    """The folders in ``folder``, sorted, dot-folders (``.index_cache``) left out."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 RUN_MARKERS = (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE)  # a folder holding one of these is a run directory
@@ -198,7 +203,7 @@ def locate_runs(path: str | Path) -> RunsAt:
         return RunsAt(path, "sweep", path, tuple(run_dirs(path)) if (path / RUNS_DIR).is_dir() else ())
     if is_run_dir(path):
         return RunsAt(path, "run", None, (path,))
-    inside = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    inside = _subfolders(path)
     if path.name == RUNS_DIR:
         return RunsAt(path, "runs", path.parent, tuple(inside))
     runs = tuple(p for p in inside if is_run_dir(p))
