@@ -265,13 +265,12 @@ def _submit_chunks(
         chunk = pending[done : done + size * per]
         total = len(jobs) + -(-(len(pending) - done) // (size * per))
         folder = sweep_dir / SUBMISSIONS_DIR / (stamp if total == 1 else f"{stamp}-{len(jobs) + 1}of{total}")
-        if dry_run:
-            _show_one(plan, sweep_dir, folder, chunk, throttle, cwd, after)
-            done, throttle = done + len(chunk), max_parallel
-            after = [f"<array {folder.name}>", *(queued if room > 0 else [])]
-            continue
         try:
-            job = _submit_one(plan, sweep_dir, folder, chunk, (throttle, max_parallel), cwd, after)
+            if dry_run:
+                _show_one(plan, sweep_dir, folder, chunk, throttle, cwd, after)
+                job = f"<array {folder.name}>"
+            else:
+                job = _submit_one(plan, sweep_dir, folder, chunk, (throttle, max_parallel), cwd, after)
         except sbatch.SubmitError as exc:
             if not exc.unknown:  # nothing of it is queued: its files would only mislead
                 shutil.rmtree(folder, ignore_errors=True)

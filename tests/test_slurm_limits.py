@@ -139,6 +139,17 @@ def test_max_array_tasks_sets_a_smaller_array_size(tmp_path, cluster, capsys):
     assert ["--dependency=afterany:701" in calls[1], "--dependency=afterany:702" in calls[2]] == [True, True]
 
 
+def test_a_dry_run_names_the_chained_arrays_as_the_submission_does(tmp_path, cluster, capsys):
+    """--dry-run of 7 runs in arrays of 3 shows the folders <stamp>-1of3, -2of3, -3of3 that a
+    submission writes, each after the one before (before: -1of3, -1of2 and the bare stamp, the
+    dry run not counting the arrays it had shown)."""
+    assert main([*_sweep(tmp_path, 7, max_array_tasks=3), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    shown = re.findall(r"dry run: would write \S+/slurm/\d{8}T\d{6}\.\d{6}Z(-\dof\d)?/array\.sbatch", err)
+    assert shown == ["-1of3", "-2of3", "-3of3"], err[-2000:]
+    assert len(re.findall(r"afterany:<array \d{8}T\d{6}\.\d{6}Z-[12]of3>", err)) == 2, err[-2000:]
+
+
 def test_max_array_tasks_must_be_positive(tmp_path, cluster, capsys):
     assert main(_sweep(tmp_path, 2, max_array_tasks=0)) == 2
     assert "slurm.max_array_tasks: must be a positive integer, got 0" in capsys.readouterr().err
