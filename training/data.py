@@ -42,13 +42,14 @@ class TokenizerInfo:
         self.unique_identifiers = {"class": "depthmup.TokenizerInfo", "identity": identity, "eod": eod}
 
 
-def tokenizer_info(cfg: RunConfig) -> TokenizerInfo:
+def tokenizer_info(cfg: RunConfig, given: Any = None) -> TokenizerInfo:
+    """The run's tokenizer: the manifest's, else ``data.tokenizer``'s (``given``: loaded already)."""
     d = cfg.data
     if d.manifest:
         m = read_manifest(d.manifest)
         return TokenizerInfo(m.vocab_size, m.eod_id, m.tokenizer_sha256 or str(m.path))
     if d.tokenizer:
-        tok = _given_tokenizer(d.tokenizer)
+        tok = given if given is not None else _given_tokenizer(d.tokenizer)
         return TokenizerInfo(tok.vocab_size, tok.eod, tok.sha256)  # the file's sha256 (a folder's tokenizer.json)
     if d.mock:
         return TokenizerInfo(cfg.model.vocab_size, cfg.model.vocab_size - 1, "mock")
@@ -70,17 +71,19 @@ def _describe(path: Optional[str], sha256: Optional[str], vocab_size: int, eod: 
     return f"{path or 'no tokenizer file'} ({digest}{vocab_size} ids, end of document {eod})"
 
 
-def check_tokenizer_source(cfg: RunConfig) -> None:
+def check_tokenizer_source(cfg: RunConfig, given: Any = None) -> None:
     """``data.tokenizer`` must be the tokenizer the data was made with, where data_prep recorded
     it: the manifest of ``data.manifest``, or the manifest beside a ``data.*_prefixes`` entry that
     lists it (data_prep's output folder). Compared by the file's sha256 (by vocabulary size and
     end-of-document id when the manifest records no sha256). A mismatch is a ValueError naming
     both files: training would otherwise read the data's ids as another tokenizer's, silently
-    (a manifest run uses the manifest's tokenizer and ignored ``data.tokenizer`` before)."""
+    (a manifest run uses the manifest's tokenizer and ignored ``data.tokenizer`` before).
+    ``given``: ``data.tokenizer`` loaded already."""
     d = cfg.data
     if not d.tokenizer or d.mock:
         return
-    given = _given_tokenizer(d.tokenizer)
+    if given is None:
+        given = _given_tokenizer(d.tokenizer)
     if d.manifest:
         made = [("data.manifest", read_manifest(d.manifest))]
         fix = "drop data.tokenizer (the manifest names its own), or prepare the data again with this one"
@@ -313,8 +316,10 @@ def check_data(cfg: RunConfig) -> TokenizerInfo:
     """Every check of the run's data that needs no process group or model: the manifest, the
     tokenizer (and that ``data.tokenizer`` is the data's: :func:`check_tokenizer_source`) and each prefix (:func:`check_indexed_dataset`), so that broken data exits 2
     before anything is built. Returns the tokenizer's description."""
-    tokenizer = tokenizer_info(cfg)
-    check_tokenizer_source(cfg)
+    d = cfg.data  # data.tokenizer without a manifest: loaded (parsed, hashed) once for both checks
+    given = _given_tokenizer(d.tokenizer) if d.tokenizer and not d.manifest and not d.mock else None
+    tokenizer = tokenizer_info(cfg, given)
+    check_tokenizer_source(cfg, given)
     if not cfg.data.mock:
         dataset_config(cfg, tokenizer, None)
     return tokenizer
